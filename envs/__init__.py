@@ -1,0 +1,22 @@
+"""Environments: jaxmarl's and our own, behind one registry.
+
+``envs.make(name, **kwargs)`` returns a jaxmarl ``MultiAgentEnv``;
+``envs.make_array_env(name, **kwargs)`` returns the stacked-array view learners use.
+"""
+
+from envs import mpe  # noqa: F401  (registers entries)
+from envs.array_env import ArrayEnv, ArrayEnvState, StepResult
+from envs.registry import EnvSpec, UnknownEnvError, make, make_array_env, names, register, spec
+
+__all__ = [
+    "ArrayEnv",
+    "ArrayEnvState",
+    "EnvSpec",
+    "StepResult",
+    "UnknownEnvError",
+    "make",
+    "make_array_env",
+    "names",
+    "register",
+    "spec",
+]

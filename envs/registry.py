@@ -1,0 +1,72 @@
+"""Environment registry: ``make(name, **kwargs)`` returns a jaxmarl ``MultiAgentEnv``.
+
+Each entry is an ``EnvSpec``: a factory plus what the engine needs to know about the
+environment beyond jaxmarl's interface (how to tell a win, the centralized state,
+agent groups). ``make_array_env`` wraps the result in ``ArrayEnv`` for learners.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jaxmarl.environments.multi_agent_env import MultiAgentEnv
+
+from envs.array_env import ArrayEnv, WonFn, WorldStateFn
+
+
+class UnknownEnvError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    factory: Callable[..., MultiAgentEnv]
+    description: str
+    default_kwargs: dict[str, Any] = field(default_factory=dict)
+    won_fn: WonFn | None = None
+    world_state_fn: WorldStateFn | None = None
+    # (env) -> group index per agent; default: one group
+    groups_fn: Callable[[MultiAgentEnv], tuple[int, ...]] | None = None
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(spec: EnvSpec, overwrite: bool = False) -> EnvSpec:
+    if spec.name in _REGISTRY and not overwrite:
+        raise ValueError(f"environment {spec.name!r} is already registered")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def spec(name: str) -> EnvSpec:
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise UnknownEnvError(
+            f"unknown environment {name!r}.{hint} Known environments: {', '.join(names())}"
+        )
+    return _REGISTRY[name]
+
+
+def make(name: str, **kwargs) -> MultiAgentEnv:
+    s = spec(name)
+    try:
+        return s.factory(**{**s.default_kwargs, **kwargs})
+    except TypeError as e:
+        raise ValueError(f"bad kwargs for environment {name!r}: {e}") from e
+
+
+def make_array_env(name: str, **kwargs) -> ArrayEnv:
+    s = spec(name)
+    env = make(name, **kwargs)
+    groups = s.groups_fn(env) if s.groups_fn is not None else None
+    return ArrayEnv(env, won_fn=s.won_fn, world_state_fn=s.world_state_fn, agent_groups=groups)

@@ -1,0 +1,57 @@
+"""What every learner is: ``init`` a train state, ``update`` it once, repeat.
+
+``make_train(config, env, shaper)`` in each algorithm module returns ``train(rng)``
+(PureJaxRL style: all updates under one ``lax.scan``, vmappable over seeds). The
+chunked runner uses the same ``init``/``update`` pair to run K updates per jitted
+call and log, checkpoint and show progress between chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class Learner(NamedTuple):
+    init: Callable[[jax.Array], Any]  # rng -> train state (a pytree of arrays)
+    update: Callable[[Any], tuple[Any, dict]]  # train state -> (train state, scalar metrics)
+    num_updates: int
+    env_steps_per_update: int  # summed over parallel envs, not agents
+
+    def train(self, rng: jax.Array) -> tuple[Any, dict]:
+        """All updates in one scan: ``(final state, metrics stacked over updates)``."""
+
+        def step(state, _):
+            return self.update(state)
+
+        return jax.lax.scan(step, self.init(rng), None, self.num_updates)
+
+
+def run_chunk(learner: Learner, state: Any, num_updates: int) -> tuple[Any, dict]:
+    """``num_updates`` updates in one scan, metrics stacked: what the runner jits."""
+    return jax.lax.scan(lambda s, _: learner.update(s), state, None, num_updates)
+
+
+def episode_metrics(done: jax.Array, info: dict, has_won: bool) -> dict:
+    """Mean over the episodes that ended in a rollout.
+
+    ``done`` [T, E]; ``info['episode_return']`` [T, E, N] (per agent, env reward);
+    ``info['episode_length']`` [T, E]; ``info['won']`` [T, E]. The episode return is
+    the mean over agents of each agent's return, as in jaxmarl's baselines. Metrics
+    are NaN when no episode ended.
+    """
+    d = done.astype(jnp.float32)
+    n = d.sum()
+    safe = jnp.maximum(n, 1.0)
+    nan_if_none = lambda x: jnp.where(n > 0, x, jnp.nan)
+    out = {
+        "episode_return": nan_if_none((info["episode_return"].mean(-1) * d).sum() / safe),
+        "episode_length": nan_if_none((info["episode_length"] * d).sum() / safe),
+        "episodes": n,
+    }
+    if has_won:
+        out["win_rate"] = nan_if_none((info["won"].astype(jnp.float32) * d).sum() / safe)
+    return out

@@ -1,0 +1,108 @@
+"""The reward-shaping interface every learner uses.
+
+A shaper is a pure function ``apply(params, batch) -> [..., N]`` of a batch of
+transitions. It runs inside the rollout scan (on-policy learners) or when a batch is
+sampled from the replay buffer (off-policy learners), so a reward model whose
+parameters change during training re-scores old transitions without a relabel pass.
+Labels, trained reward-model parameters, lookup tables and embeddings all travel in
+``params``; the function itself is fixed at trace time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+class CombineMode(str, Enum):
+    """How the shaper's output meets the env reward."""
+
+    add = "add"  # env_reward + coef * shaped
+    replace = "replace"  # coef * shaped
+
+
+@struct.dataclass
+class TransitionBatch:
+    """Transitions with any leading batch shape ``[...]``.
+
+    Fields a shaper did not ask for (see ``Shaper.fields``) may be ``None`` when the
+    batch comes from a replay buffer, which stores only what the shaper reads.
+    """
+
+    obs: jax.Array | None  # [..., N, D]
+    actions: jax.Array | None  # [..., N] int
+    next_obs: jax.Array | None  # [..., N, D], true next observation (pre-reset)
+    reward: jax.Array  # [..., N] env reward
+    done: jax.Array  # [...] bool, episode ended at this step
+    state: Any = None  # env state pytree, leaves [..., ...]
+    next_state: Any = None  # true next env state (pre-reset)
+
+
+ALL_FIELDS = ("obs", "actions", "next_obs", "state", "next_state")
+
+
+@struct.dataclass
+class Shaper:
+    """A pure shaping function plus how its output combines with the env reward.
+
+    ``apply``, ``fields``, ``mode`` and ``coef`` are static; ``params`` is a pytree
+    that may change between training chunks (the learner carries it in its state).
+    """
+
+    apply: Callable[[Any, TransitionBatch], jax.Array] = struct.field(pytree_node=False)
+    params: Any = None
+    fields: tuple[str, ...] = struct.field(pytree_node=False, default=())
+    mode: CombineMode = struct.field(pytree_node=False, default=CombineMode.add)
+    coef: float = struct.field(pytree_node=False, default=1.0)
+    name: str = struct.field(pytree_node=False, default="shaper")
+
+    def __post_init__(self):
+        unknown = set(self.fields) - set(ALL_FIELDS)
+        if unknown:
+            raise ValueError(
+                f"shaper {self.name!r} asks for unknown transition fields {sorted(unknown)}; "
+                f"valid fields: {list(ALL_FIELDS)}"
+            )
+
+
+def shaped_reward(shaper: Shaper, params: Any, batch: TransitionBatch) -> jax.Array:
+    """Per-agent training reward ``[..., N]`` for ``batch`` under ``shaper``."""
+    bonus = shaper.apply(params, batch)
+    chex.assert_equal_shape([bonus, batch.reward])
+    bonus = bonus.astype(jnp.float32)
+    if shaper.mode == CombineMode.replace:
+        return shaper.coef * bonus
+    return batch.reward + shaper.coef * bonus
+
+
+def identity_shaper() -> Shaper:
+    """Train on the env reward unchanged (the default)."""
+    return Shaper(apply=lambda params, batch: jnp.zeros_like(batch.reward), name="identity")
+
+
+def constant_shaper(value: float, mode: CombineMode = CombineMode.add, coef: float = 1.0) -> Shaper:
+    """Adds (or replaces the reward with) ``coef * value`` on every step; ``value`` is a param."""
+    return Shaper(
+        apply=lambda params, batch: jnp.full_like(batch.reward, params),
+        params=jnp.asarray(value, jnp.float32),
+        mode=CombineMode(mode),
+        coef=coef,
+        name="constant",
+    )
+
+
+def team_reward(reward: jax.Array, how: str = "sum") -> jax.Array:
+    """Per-agent rewards ``[..., N]`` -> team reward ``[...]`` for value-decomposition learners."""
+    if how == "sum":
+        return reward.sum(-1)
+    if how == "mean":
+        return reward.mean(-1)
+    if how == "first":  # env already gives every agent the same team reward
+        return reward[..., 0]
+    raise ValueError(f"unknown team reward reduction {how!r}; valid: sum, mean, first")

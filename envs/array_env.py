@@ -66,6 +66,9 @@ class ArrayEnv:
         world_state_fn: ``(env, env_state, obs[N, D]) -> [S]`` centralized state for
             MAPPO critics and QMIX mixers. Default: all agents' observations concatenated.
         agent_groups: group index per agent, for separate parameters per group.
+        return_reduction: how the logged episode return reduces per-agent returns:
+            ``mean`` (every agent gets the team reward, as in SMAX) or ``sum`` (MPE, as
+            jaxmarl's MPE logger and the on-policy MAPPO codebase report it).
     """
 
     def __init__(
@@ -74,7 +77,11 @@ class ArrayEnv:
         won_fn: WonFn | None = None,
         world_state_fn: WorldStateFn | None = None,
         agent_groups: tuple[int, ...] | None = None,
+        return_reduction: str = "mean",
     ):
+        if return_reduction not in ("mean", "sum"):
+            raise ValueError(f"return_reduction must be 'mean' or 'sum', got {return_reduction!r}")
+        self.return_reduction = return_reduction
         self.env = env
         self.agents: list[str] = list(env.agents)
         self.num_agents = len(self.agents)

@@ -18,6 +18,7 @@ register(
         "mpe:simple_spread",
         _simple_spread,
         "MPE cooperative navigation: N agents cover N landmarks (num_agents=3 by default)",
+        return_reduction="sum",
     )
 )
 for _n in (3, 4):
@@ -27,5 +28,6 @@ for _n in (3, 4):
             _simple_spread,
             f"MPE cooperative navigation with {_n} agents and {_n} landmarks",
             default_kwargs={"num_agents": _n},
+            return_reduction="sum",
         )
     )

@@ -31,6 +31,8 @@ class EnvSpec:
     world_state_fn: WorldStateFn | None = None
     # (env) -> group index per agent; default: one group
     groups_fn: Callable[[MultiAgentEnv], tuple[int, ...]] | None = None
+    # how logged episode returns reduce over agents; see ArrayEnv
+    return_reduction: str = "mean"
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -69,4 +71,10 @@ def make_array_env(name: str, **kwargs) -> ArrayEnv:
     s = spec(name)
     env = make(name, **kwargs)
     groups = s.groups_fn(env) if s.groups_fn is not None else None
-    return ArrayEnv(env, won_fn=s.won_fn, world_state_fn=s.world_state_fn, agent_groups=groups)
+    return ArrayEnv(
+        env,
+        won_fn=s.won_fn,
+        world_state_fn=s.world_state_fn,
+        agent_groups=groups,
+        return_reduction=s.return_reduction,
+    )

@@ -35,20 +35,23 @@ def run_chunk(learner: Learner, state: Any, num_updates: int) -> tuple[Any, dict
     return jax.lax.scan(lambda s, _: learner.update(s), state, None, num_updates)
 
 
-def episode_metrics(done: jax.Array, info: dict, has_won: bool) -> dict:
+def episode_metrics(done: jax.Array, info: dict, has_won: bool, return_reduction: str = "mean") -> dict:
     """Mean over the episodes that ended in a rollout.
 
     ``done`` [T, E]; ``info['episode_return']`` [T, E, N] (per agent, env reward);
     ``info['episode_length']`` [T, E]; ``info['won']`` [T, E]. The episode return is
-    the mean over agents of each agent's return, as in jaxmarl's baselines. Metrics
-    are NaN when no episode ended.
+    the mean (or, with ``return_reduction='sum'``, the sum) over agents of each
+    agent's return; ``ArrayEnv.return_reduction`` says which convention the env's
+    published numbers use. Metrics are NaN when no episode ended.
     """
     d = done.astype(jnp.float32)
+    reduce = {"mean": jnp.mean, "sum": jnp.sum}[return_reduction]
+    per_episode = reduce(info["episode_return"], axis=-1)
     n = d.sum()
     safe = jnp.maximum(n, 1.0)
     nan_if_none = lambda x: jnp.where(n > 0, x, jnp.nan)
     out = {
-        "episode_return": nan_if_none((info["episode_return"].mean(-1) * d).sum() / safe),
+        "episode_return": nan_if_none((per_episode * d).sum() / safe),
         "episode_length": nan_if_none((info["episode_length"] * d).sum() / safe),
         "episodes": n,
     }

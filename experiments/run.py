@@ -1,0 +1,58 @@
+"""Run an experiment: ``python experiments/run.py NAME [key=value ...]``.
+
+NAME is a config in experiments/configs/ (without .yaml) or a path to a YAML file.
+Overrides are dotted keys, e.g. ``algo.lr=3e-4 env.kwargs.num_agents=4 num_seeds=4``;
+``resume=RUN_DIR`` continues a stopped run. ``--list`` shows configs and environments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("name", nargs="?", help="config name in experiments/configs/ or a YAML path")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    parser.add_argument("--list", action="store_true", help="list configs, envs and algorithms")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    args = parser.parse_args(argv)
+
+    from jaxmarl_llm.config import ConfigError, available_configs, load_config, to_yaml
+
+    if args.list or not args.name:
+        import envs
+        from jaxmarl_llm.learners import algo_names
+
+        print("configs:     ", " ".join(available_configs()))
+        print("algorithms:  ", " ".join(algo_names()))
+        print("environments:", " ".join(envs.names()))
+        return 0 if args.list else 2
+
+    try:
+        cfg = load_config(args.name, args.overrides)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(to_yaml(cfg))
+        return 0
+
+    from jaxmarl_llm.runner import run_experiment
+
+    try:
+        result = run_experiment(cfg)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.summary, indent=2))
+    print(f"results in {result.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

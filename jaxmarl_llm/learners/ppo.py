@@ -1,0 +1,308 @@
+"""IPPO and MAPPO, feed-forward or GRU, as one learner.
+
+IPPO's critic sees the agent's own observation; MAPPO's sees the centralized world
+state plus the agent id. Everything is time-major ``[T, E, N, ...]`` (steps, envs,
+agents). Feed-forward minibatches are drawn over ``(t, e)`` cells with all agents of a
+cell kept together, which keeps per-group parameters exact and makes the shuffle N
+times smaller; recurrent minibatches are drawn over environments, whole sequences.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import distrax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from envs.array_env import ArrayEnv, ArrayEnvState
+from jaxmarl_llm.learners.base import Learner, episode_metrics
+from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, value_loss
+from jaxmarl_llm.learners.networks import (
+    ActorCritic,
+    AgentParams,
+    RecurrentActor,
+    RecurrentCritic,
+    with_agent_ids,
+)
+from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
+
+MASKED_LOGIT = -1e9  # finite, so masked entries give exp() == 0 without NaN entropies
+
+
+class PPOState(struct.PyTreeNode):
+    params: Any
+    opt_state: Any
+    env_state: ArrayEnvState  # [E]
+    obs: jax.Array  # [E, N, D]
+    avail: jax.Array  # [E, N, A]
+    world_state: jax.Array  # [E, S]
+    last_done: jax.Array  # [E] the previous step ended an episode (GRU reset)
+    actor_carry: jax.Array  # [E, N, H] (zeros of width 1 when feed-forward)
+    critic_carry: jax.Array  # [E, N, H]
+    shaper_params: Any
+    rng: jax.Array
+    update_step: jax.Array
+
+
+class Rollout(struct.PyTreeNode):
+    obs: jax.Array  # [T, E, N, D]
+    world_state: jax.Array  # [T, E, S]
+    avail: jax.Array  # [T, E, N, A]
+    action: jax.Array  # [T, E, N]
+    log_prob: jax.Array  # [T, E, N]
+    value: jax.Array  # [T, E, N]
+    reward: jax.Array  # [T, E, N] shaped training reward
+    done: jax.Array  # [T, E]
+    reset: jax.Array  # [T, E] the step starts a new episode (GRU carry cleared)
+
+
+def _check_config(cfg) -> None:
+    if cfg.name not in ("ippo", "mappo"):
+        raise ValueError(f"ppo learner got algo.name={cfg.name!r}; valid: ippo, mappo")
+    units = cfg.num_envs if cfg.recurrent else cfg.num_envs * cfg.num_steps
+    if units % cfg.num_minibatches:
+        raise ValueError(
+            f"algo.num_minibatches={cfg.num_minibatches} must divide "
+            f"{'num_envs' if cfg.recurrent else 'num_envs * num_steps'}={units}"
+        )
+    if cfg.total_timesteps < cfg.num_envs * cfg.num_steps:
+        raise ValueError(
+            f"algo.total_timesteps={cfg.total_timesteps} is less than one update "
+            f"(num_envs * num_steps = {cfg.num_envs * cfg.num_steps})"
+        )
+
+
+def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
+    _check_config(cfg)
+    centralized = cfg.name == "mappo"
+    n, a = env.num_agents, env.num_actions
+    T, E = cfg.num_steps, cfg.num_envs
+    num_updates = int(cfg.total_timesteps) // (T * E)
+    batch_units = E if cfg.recurrent else T * E
+    mb_units = batch_units // cfg.num_minibatches
+    hidden = tuple(cfg.hidden_sizes)
+    activation = str(getattr(cfg.activation, "value", cfg.activation))
+    sharing = str(getattr(cfg.param_sharing, "value", cfg.param_sharing))
+    needs = set(shaper.fields)
+
+    if cfg.recurrent:
+        actor = AgentParams(
+            RecurrentActor(a, cfg.gru_hidden_dim, activation), env.agent_groups, sharing
+        )
+        critic = AgentParams(RecurrentCritic(cfg.gru_hidden_dim, activation), env.agent_groups, sharing)
+        carry_dim = cfg.gru_hidden_dim
+    else:
+        net = AgentParams(ActorCritic(a, hidden, activation), env.agent_groups, sharing)
+        carry_dim = 1
+
+    def actor_inputs(obs):
+        return with_agent_ids(obs) if cfg.agent_ids else obs
+
+    def critic_inputs(obs, world_state):
+        if not centralized:
+            return actor_inputs(obs)
+        ws = jnp.broadcast_to(world_state[..., None, :], (*obs.shape[:-1], world_state.shape[-1]))
+        return with_agent_ids(ws)  # per-agent values need to know whose value it is
+
+    def masked(logits, avail):
+        return jnp.where(avail, logits, MASKED_LOGIT)
+
+    # ---- forward passes ----------------------------------------------------------
+    def forward_ff(params, obs, avail, world_state):
+        logits, value = net.apply(params, actor_inputs(obs), critic_inputs(obs, world_state))
+        return masked(logits, avail), value
+
+    def forward_rnn(params, carries, obs, avail, world_state, resets):
+        """Sequences ``[T, B, N, ...]`` from carries ``[B, N, H]``."""
+        resets = jnp.broadcast_to(resets[..., None], obs.shape[:-1])
+        x, c = actor_inputs(obs), critic_inputs(obs, world_state)
+        axes = (1, 2, 2)
+        a_carry, logits = actor.apply(
+            params["actor"], carries[0], x, resets, agent_axes=axes, out_axes=(1, 2)
+        )
+        c_carry, value = critic.apply(
+            params["critic"], carries[1], c, resets, agent_axes=axes, out_axes=(1, 2)
+        )
+        return (a_carry, c_carry), masked(logits, avail), value
+
+    def init_params(rng):
+        obs0 = jnp.zeros((env.obs_dim + (n if cfg.agent_ids else 0),))
+        crit0 = (
+            jnp.zeros((env.world_state_dim + n,)) if centralized else obs0
+        )
+        if not cfg.recurrent:
+            return net.init(rng, obs0, crit0)
+        ra, rc = jax.random.split(rng)
+        h0 = jnp.zeros((1, cfg.gru_hidden_dim))
+        return {
+            "actor": actor.init(ra, h0, obs0[None, None], jnp.zeros((1, 1), bool)),
+            "critic": critic.init(rc, h0, crit0[None, None], jnp.zeros((1, 1), bool)),
+        }
+
+    grad_steps = num_updates * cfg.update_epochs * cfg.num_minibatches
+    lr = (
+        optax.linear_schedule(cfg.lr, 0.0, grad_steps) if cfg.anneal_lr else cfg.lr
+    )
+    tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+    # ---- init ----------------------------------------------------------------------
+    def init(rng) -> PPOState:
+        rng, r_params, r_env = jax.random.split(rng, 3)
+        params = init_params(r_params)
+        obs, env_state = jax.vmap(env.reset)(jax.random.split(r_env, E))
+        return PPOState(
+            params=params,
+            opt_state=tx.init(params),
+            env_state=env_state,
+            obs=obs,
+            avail=jax.vmap(env.avail_actions)(env_state),
+            world_state=jax.vmap(env.world_state)(env_state, obs),
+            last_done=jnp.ones((E,), bool),
+            actor_carry=jnp.zeros((E, n, carry_dim)),
+            critic_carry=jnp.zeros((E, n, carry_dim)),
+            shaper_params=shaper.params,
+            rng=rng,
+            update_step=jnp.zeros((), jnp.int32),
+        )
+
+    # ---- rollout -------------------------------------------------------------------
+    def rollout_step(carry, _):
+        s, rng = carry
+        rng, r_act, r_env = jax.random.split(rng, 3)
+        if cfg.recurrent:
+            (ac, cc), logits, value = forward_rnn(
+                s.params,
+                (s.actor_carry, s.critic_carry),
+                s.obs[None],
+                s.avail[None],
+                s.world_state[None],
+                s.last_done[None],
+            )
+            logits, value = logits[0], value[0]
+        else:
+            logits, value = forward_ff(s.params, s.obs, s.avail, s.world_state)
+            ac, cc = s.actor_carry, s.critic_carry
+        pi = distrax.Categorical(logits=logits)
+        action, log_prob = pi.sample_and_log_prob(seed=r_act)
+        res = jax.vmap(env.step)(jax.random.split(r_env, E), s.env_state, action)
+        batch = TransitionBatch(
+            obs=s.obs,
+            actions=action,
+            next_obs=res.terminal_obs,
+            reward=res.reward,
+            done=res.done,
+            state=s.env_state.env_state if "state" in needs else None,
+            next_state=res.terminal_env_state if "next_state" in needs else None,
+        )
+        reward = shaped_reward(shaper, s.shaper_params, batch)
+        step = Rollout(
+            obs=s.obs,
+            world_state=s.world_state,
+            avail=s.avail,
+            action=action,
+            log_prob=log_prob,
+            value=value,
+            reward=reward,
+            done=res.done,
+            reset=s.last_done,
+        )
+        s = s.replace(
+            env_state=res.state,
+            obs=res.obs,
+            avail=res.avail_actions,
+            world_state=jax.vmap(env.world_state)(res.state, res.obs),
+            last_done=res.done,
+            actor_carry=ac,
+            critic_carry=cc,
+        )
+        return (s, rng), (step, res.done, res.info)
+
+    # ---- loss ----------------------------------------------------------------------
+    def loss_fn(params, mb: Rollout, adv, targets, carries):
+        if cfg.recurrent:
+            _, logits, value = forward_rnn(params, carries, mb.obs, mb.avail, mb.world_state, mb.reset)
+        else:
+            logits, value = forward_ff(params, mb.obs, mb.avail, mb.world_state)
+        pi = distrax.Categorical(logits=logits)
+        log_prob = pi.log_prob(mb.action)
+        if cfg.normalize_advantages:
+            adv = normalize(adv)
+        pg_loss, stats = clipped_policy_loss(log_prob, mb.log_prob, adv, cfg.clip_eps)
+        v_loss = value_loss(value, mb.value, targets, cfg.clip_eps, cfg.clip_value)
+        entropy = pi.entropy().mean()
+        total = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy
+        return total, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **stats}
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def sgd_step(carry, mb):
+        params, opt_state = carry
+        (_, stats), grads = grad_fn(params, *mb)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        stats["grad_norm"] = optax.tree.norm(grads)
+        return (params, opt_state), stats
+
+    def minibatches(rng, data):
+        """Shuffle the batch and split it into ``num_minibatches`` along a new axis 0."""
+        perm = jax.random.permutation(rng, batch_units)
+        if cfg.recurrent:
+            # Whole sequences: shuffle and split the env axis of [T, E, ...]; carries [E, ...].
+            rollout, adv, targets, carries = data
+            split_seq = lambda x: jnp.take(x, perm, axis=1).reshape(
+                x.shape[0], cfg.num_minibatches, mb_units, *x.shape[2:]
+            ).swapaxes(0, 1)
+            split_env = lambda x: jnp.take(x, perm, axis=0).reshape(
+                cfg.num_minibatches, mb_units, *x.shape[1:]
+            )
+            return (*jax.tree.map(split_seq, (rollout, adv, targets)), jax.tree.map(split_env, carries))
+        # (t, e) cells of [T, E, ...], all agents of a cell together.
+        split_cells = lambda x: jnp.take(x.reshape(batch_units, *x.shape[2:]), perm, axis=0).reshape(
+            cfg.num_minibatches, mb_units, *x.shape[2:]
+        )
+        return jax.tree.map(split_cells, data)
+
+    # ---- one update ------------------------------------------------------------------
+    def update(s: PPOState) -> tuple[PPOState, dict]:
+        carries0 = (s.actor_carry, s.critic_carry) if cfg.recurrent else None
+        (s, rng), (traj, done, info) = jax.lax.scan(rollout_step, (s, s.rng), None, T)
+        if cfg.recurrent:
+            _, _, last_value = forward_rnn(
+                s.params,
+                (s.actor_carry, s.critic_carry),
+                s.obs[None],
+                s.avail[None],
+                s.world_state[None],
+                s.last_done[None],
+            )
+            last_value = last_value[0]
+        else:
+            _, last_value = forward_ff(s.params, s.obs, s.avail, s.world_state)
+        adv, targets = gae(
+            traj.reward, traj.value, traj.done[..., None], last_value, cfg.gamma, cfg.gae_lambda
+        )
+        data = (traj, adv, targets, carries0)
+
+        def run_epoch(carry, r):
+            return jax.lax.scan(sgd_step, carry, minibatches(r, data))
+
+        rng, r_epochs = jax.random.split(rng)
+        (params, opt_state), stats = jax.lax.scan(
+            run_epoch, (s.params, s.opt_state), jax.random.split(r_epochs, cfg.update_epochs)
+        )
+        metrics = {k: v.mean() for k, v in stats.items()}
+        metrics.update(episode_metrics(done, info, env.has_won, env.return_reduction))
+        metrics["reward_mean"] = traj.reward.mean()
+        s = s.replace(params=params, opt_state=opt_state, rng=rng, update_step=s.update_step + 1)
+        return s, metrics
+
+    chex.assert_equal(mb_units * cfg.num_minibatches, batch_units)
+    return Learner(init=init, update=update, num_updates=num_updates, env_steps_per_update=T * E)
+
+
+def make_train(cfg, env: ArrayEnv, shaper: Shaper):
+    return make_learner(cfg, env, shaper).train

@@ -1,0 +1,437 @@
+"""QMIX and VDN as one off-policy learner: GRU agents, a replay buffer, a mixer by name.
+
+Each update collects ``num_steps`` steps in each of ``num_envs`` auto-resetting envs
+with epsilon-greedy (legal actions only), stores every env's ``num_steps`` steps as
+one buffer item, then takes ``updates_per_rollout`` gradient steps on batches of
+items. The GRU is unrolled over each sampled sequence from a zero carry and reset at
+episode starts (as in JaxMARL's QMIX). Rewards are shaped when a batch is sampled,
+with the shaper parameters in the train state, so new shaper parameters re-score old
+transitions; the buffer holds env rewards only.
+
+Before learning starts (``learning_starts`` env steps, and ``batch_size`` items
+stored), ``loss``, ``q_mean`` and ``grad_norm`` are NaN, like episode metrics of an
+update in which no episode ended.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import chex
+import flashbax as fbx
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+from flax.linen.initializers import constant, orthogonal
+
+from envs.array_env import ArrayEnv, ArrayEnvState
+from jaxmarl_llm.learners.base import Learner, episode_metrics
+from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
+from jaxmarl_llm.learners.networks import AgentParams, ParamSharing, ResetGRU, with_agent_ids
+from jaxmarl_llm.learners.q_losses import (
+    masked_argmax,
+    masked_td_loss,
+    next_agent_values,
+    sequence_targets,
+)
+from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward, team_reward
+
+OPTIMIZERS = ("adam", "rmsprop")
+TEAM_REWARDS = ("sum", "mean", "first")
+LEARN_METRICS = ("loss", "q_mean", "grad_norm")
+
+
+class RecurrentQNetwork(nn.Module):
+    """Dense -> GRU -> Dense Q head over sequences ``[T, B..., D]``; returns (carry, q)."""
+
+    num_actions: int
+    hidden_dim: int = 64
+
+    @nn.compact
+    def __call__(self, carry, x, resets):
+        x = nn.relu(
+            nn.Dense(self.hidden_dim, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x)
+        )
+        carry, y = ResetGRU(self.hidden_dim, name="gru")(carry, x, resets)
+        q = nn.Dense(self.num_actions, kernel_init=orthogonal(1.0), bias_init=constant(0.0))(y)
+        return carry, q
+
+
+@struct.dataclass
+class Transition:
+    """One buffer item: ``num_steps`` consecutive steps of one env, leaves ``[T, ...]``.
+
+    ``next_obs``, ``state`` and ``next_state`` are stored only when the shaper reads
+    them (``None`` otherwise); ``state``/``next_state`` are the jaxmarl env states
+    before the step and after it (pre-reset).
+    """
+
+    obs: jax.Array  # [T, N, D]
+    actions: jax.Array  # [T, N] int32
+    reward: jax.Array  # [T, N] env reward
+    done: jax.Array  # [T] bool
+    avail: jax.Array  # [T, N, A] bool, legal actions at obs
+    world_state: jax.Array  # [T, S] mixer input at obs
+    next_obs: jax.Array | None = None  # [T, N, D]
+    state: Any = None
+    next_state: Any = None
+
+
+class QLearningState(struct.PyTreeNode):
+    params: Any  # {"agent": ..., "mixer": ...}
+    target_params: Any
+    opt_state: Any
+    buffer: Any  # flashbax buffer state, items [1, buffer_size, T, ...]
+    env_state: ArrayEnvState  # [E]
+    obs: jax.Array  # [E, N, D]
+    avail: jax.Array  # [E, N, A]
+    hidden: jax.Array  # [E, N, H]
+    first: jax.Array  # [E] the current obs starts an episode (GRU carry cleared)
+    shaper_params: Any
+    rng: jax.Array
+    update_step: jax.Array  # [] int32, updates done
+    env_steps: jax.Array  # [] int32, env steps summed over envs
+
+
+def _name(x) -> str:
+    return str(getattr(x, "value", x))
+
+
+def epsilon_schedule(cfg) -> Callable[[jax.Array], jax.Array]:
+    """``env_steps -> epsilon``: linear from ``eps_start`` to ``eps_finish`` over
+    ``eps_decay * total_timesteps`` env steps, then constant."""
+    start, finish = float(cfg.eps_start), float(cfg.eps_finish)
+    span = max(float(cfg.eps_decay) * float(cfg.total_timesteps), 1.0)
+
+    def epsilon(env_steps):
+        frac = jnp.clip(jnp.asarray(env_steps, jnp.float32) / span, 0.0, 1.0)
+        return start + frac * (finish - start)
+
+    return epsilon
+
+
+def training_rewards(shaper: Shaper, shaper_params: Any, items: Transition, how: str = "sum"):
+    """Team reward ``[...]`` of stored transitions under the current shaper parameters."""
+    batch = TransitionBatch(
+        obs=items.obs,
+        actions=items.actions,
+        next_obs=items.next_obs,
+        reward=items.reward,
+        done=items.done,
+        state=items.state,
+        next_state=items.next_state,
+    )
+    return team_reward(shaped_reward(shaper, shaper_params, batch), how)
+
+
+def _check_config(cfg) -> None:
+    def bad(key, value, why):
+        raise ValueError(f"bad value for config key '{key}': {value!r}; {why}")
+
+    name = _name(cfg.name)
+    if name not in MIXER_NAMES:
+        bad("name", name, f"valid: {', '.join(MIXER_NAMES)}")
+    if _name(cfg.optimizer) not in OPTIMIZERS:
+        bad("optimizer", cfg.optimizer, f"valid: {', '.join(OPTIMIZERS)}")
+    if _name(cfg.team_reward) not in TEAM_REWARDS:
+        bad("team_reward", cfg.team_reward, f"valid: {', '.join(TEAM_REWARDS)}")
+    try:
+        ParamSharing(_name(cfg.param_sharing))
+    except ValueError:
+        bad("param_sharing", cfg.param_sharing, f"valid: {', '.join(p.value for p in ParamSharing)}")
+    for key in (
+        "total_timesteps", "num_envs", "num_steps", "buffer_size", "batch_size",
+        "updates_per_rollout", "target_update_interval", "hidden_dim", "mixer_embed_dim",
+        "mixer_hypernet_dim", "lr", "max_grad_norm",
+    ):  # fmt: skip
+        if getattr(cfg, key) <= 0:
+            bad(key, getattr(cfg, key), "must be > 0")
+    if cfg.learning_starts < 0:
+        bad("learning_starts", cfg.learning_starts, "must be >= 0")
+    if cfg.batch_size > cfg.buffer_size:
+        bad("batch_size", cfg.batch_size, f"must be <= buffer_size ({cfg.buffer_size})")
+    if cfg.num_envs > cfg.buffer_size:
+        bad("num_envs", cfg.num_envs, f"must be <= buffer_size ({cfg.buffer_size}) items")
+    if cfg.total_timesteps < cfg.num_envs * cfg.num_steps:
+        bad(
+            "total_timesteps",
+            cfg.total_timesteps,
+            f"must be >= num_envs * num_steps = {cfg.num_envs * cfg.num_steps} (one update)",
+        )
+    if not 0.0 <= cfg.gamma <= 1.0:
+        bad("gamma", cfg.gamma, "must be in [0, 1]")
+    if cfg.td_lambda is not None and not 0.0 <= cfg.td_lambda <= 1.0:
+        bad("td_lambda", cfg.td_lambda, "must be null (one-step targets) or in [0, 1]")
+    if not 0.0 < cfg.tau <= 1.0:
+        bad("tau", cfg.tau, "must be in (0, 1]")
+    if not 0.0 <= cfg.eps_finish <= cfg.eps_start <= 1.0:
+        bad("eps_start", (cfg.eps_start, cfg.eps_finish), "need 0 <= eps_finish <= eps_start <= 1")
+    if not 0.0 <= cfg.eps_decay <= 1.0:
+        bad("eps_decay", cfg.eps_decay, "must be in [0, 1] (a fraction of total_timesteps)")
+
+
+class QLearning:
+    """The pieces of the QMIX/VDN learner for one config, env and shaper.
+
+    ``init``/``update`` make the ``Learner``; ``act``, ``sample``, ``loss`` and
+    ``team_rewards`` are exposed for evaluation and tests. All are pure and jittable.
+    """
+
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
+        _check_config(cfg)
+        self.cfg, self.env, self.shaper = cfg, env, shaper
+        self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
+        self.env_steps_per_update = self.num_envs * self.num_steps
+        self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
+        self.hidden_dim = int(cfg.hidden_dim)
+        self.gamma = float(cfg.gamma)
+        self.td_lambda = None if cfg.td_lambda is None else float(cfg.td_lambda)
+        self.double_q = bool(cfg.double_q)
+        self.team = _name(cfg.team_reward)
+        self.needs = set(shaper.fields)
+        self.epsilon = epsilon_schedule(cfg)
+
+        n = env.num_agents
+        self.in_dim = env.obs_dim + (n if cfg.agent_ids else 0)
+        self.agent = AgentParams(
+            RecurrentQNetwork(env.num_actions, self.hidden_dim),
+            env.agent_groups,
+            _name(cfg.param_sharing),
+        )
+        self.mixer = make_mixer(_name(cfg.name), cfg)
+        self.buffer = fbx.make_item_buffer(
+            max_length=int(cfg.buffer_size),
+            min_length=int(cfg.batch_size),
+            sample_batch_size=int(cfg.batch_size),
+            add_sequences=False,
+            add_batches=True,
+        )
+
+        first_learning_update = math.ceil(cfg.learning_starts / self.env_steps_per_update)
+        grad_steps = max(1, (self.num_updates - first_learning_update) * cfg.updates_per_rollout)
+        lr = optax.linear_schedule(cfg.lr, 0.0, grad_steps) if cfg.lr_linear_decay else cfg.lr
+        opt = optax.adam(lr) if _name(cfg.optimizer) == "adam" else optax.rmsprop(lr, 0.99, 1e-5)
+        self.tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), opt)
+
+    # ----- networks ------------------------------------------------------------------
+    def agent_q(self, agent_params, carry, obs, resets):
+        """Unroll the agents: carry ``[B, N, H]``, obs ``[T, B, N, D]``, resets ``[T, B]``
+        -> (carry, q ``[T, B, N, A]``)."""
+        x = with_agent_ids(obs) if self.cfg.agent_ids else obs
+        resets = jnp.broadcast_to(resets[..., None], obs.shape[:-1])
+        return self.agent.apply(
+            agent_params, carry, x, resets, agent_axes=(1, 2, 2), out_axes=(1, 2)
+        )
+
+    def init_params(self, rng) -> dict:
+        r_agent, r_mixer = jax.random.split(rng)
+        n = self.env.num_agents
+        agent = self.agent.init(
+            r_agent,
+            jnp.zeros((1, self.hidden_dim)),
+            jnp.zeros((1, 1, self.in_dim)),
+            jnp.zeros((1, 1), bool),
+        )
+        mixer = self.mixer.init(r_mixer, jnp.zeros((n,)), jnp.zeros((self.env.world_state_dim,)))
+        return {"agent": agent, "mixer": mixer}
+
+    def act(self, params, hidden, obs, avail, first, rng, epsilon):
+        """Epsilon-greedy legal actions for one step: hidden ``[B, N, H]``, obs ``[B, N, D]``,
+        avail ``[B, N, A]``, first ``[B]`` -> (hidden, actions ``[B, N]``, q ``[B, N, A]``)."""
+        hidden, q = self.agent_q(params["agent"], hidden, obs[None], first[None])
+        q = q[0]
+        greedy = masked_argmax(q, avail)
+        r_explore, r_random = jax.random.split(rng)
+        random = jax.random.categorical(r_random, jnp.where(avail, 0.0, -jnp.inf)).astype(jnp.int32)
+        explore = jax.random.uniform(r_explore, greedy.shape) < epsilon
+        return hidden, jnp.where(explore, random, greedy), q
+
+    # ----- buffer --------------------------------------------------------------------
+    def _item_spec(self) -> Transition:
+        """Zeros with the layout of one stored item (flashbax infers storage from it)."""
+        T, n, env = self.num_steps, self.env.num_agents, self.env
+        env_state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1].env_state
+        state_zeros = jax.tree.map(lambda s: jnp.zeros((T, *s.shape), s.dtype), env_state)
+        return Transition(
+            obs=jnp.zeros((T, n, env.obs_dim), jnp.float32),
+            actions=jnp.zeros((T, n), jnp.int32),
+            reward=jnp.zeros((T, n), jnp.float32),
+            done=jnp.zeros((T,), bool),
+            avail=jnp.zeros((T, n, env.num_actions), bool),
+            world_state=jnp.zeros((T, env.world_state_dim), jnp.float32),
+            next_obs=jnp.zeros((T, n, env.obs_dim), jnp.float32) if "next_obs" in self.needs else None,
+            state=state_zeros if "state" in self.needs else None,
+            next_state=state_zeros if "next_state" in self.needs else None,
+        )
+
+    def buffer_nbytes(self) -> int:
+        """Bytes the replay buffer state occupies (from shapes; nothing is allocated)."""
+        shapes = jax.eval_shape(lambda: self.buffer.init(self._item_spec()))
+        return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)))
+
+    def sample(self, state: QLearningState, rng) -> Transition:
+        """A batch of ``batch_size`` stored items, leaves ``[B, T, ...]``."""
+        return self.buffer.sample(state.buffer, rng).experience
+
+    def team_rewards(self, shaper_params, items: Transition) -> jax.Array:
+        """Shaped team reward ``[B, T]`` of sampled items under ``shaper_params``."""
+        return training_rewards(self.shaper, shaper_params, items, self.team)
+
+    # ----- learning ------------------------------------------------------------------
+    def loss(self, params, target_params, items: Transition, shaper_params):
+        """Masked TD loss on items ``[B, T, ...]``; returns (loss, q_mean)."""
+        tm = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)  # time-major [T, B, ...]
+        B = items.done.shape[0]
+        resets = jnp.concatenate([jnp.ones((1, B), bool), tm.done[:-1]], axis=0)
+        carry = jnp.zeros((B, self.env.num_agents, self.hidden_dim))
+        _, q = self.agent_q(params["agent"], carry, tm.obs, resets)
+        _, q_target = self.agent_q(target_params["agent"], carry, tm.obs, resets)
+        chosen = jnp.take_along_axis(q, tm.actions[..., None], axis=-1)[..., 0]  # [T, B, N]
+        q_tot = self.mixer.apply(params["mixer"], chosen, tm.world_state)  # [T, B]
+
+        next_agent = next_agent_values(
+            q_target[1:], jax.lax.stop_gradient(q[1:]), tm.avail[1:], self.double_q
+        )
+        next_v = self.mixer.apply(target_params["mixer"], next_agent, tm.world_state[1:])
+        rewards = self.team_rewards(shaper_params, items).swapaxes(0, 1)
+        targets, valid = sequence_targets(
+            rewards, tm.done, next_v, self.gamma, self.td_lambda
+        )
+        chex.assert_equal_shape([q_tot, targets, valid])
+        loss = masked_td_loss(q_tot, targets, valid)
+        m = valid.astype(jnp.float32)
+        q_mean = (m * jax.lax.stop_gradient(q_tot)).sum() / jnp.maximum(m.sum(), 1.0)
+        return loss, q_mean
+
+    def _learn(self, state: QLearningState, buffer_state, rng):
+        def grad_step(carry, key):
+            params, opt_state = carry
+            items = self.buffer.sample(buffer_state, key).experience
+            (loss, q_mean), grads = jax.value_and_grad(self.loss, has_aux=True)(
+                params, state.target_params, items, state.shaper_params
+            )
+            updates, opt_state = self.tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            out = {"loss": loss, "q_mean": q_mean, "grad_norm": optax.global_norm(grads)}
+            return (params, opt_state), out
+
+        keys = jax.random.split(rng, int(self.cfg.updates_per_rollout))
+        (params, opt_state), out = jax.lax.scan(
+            grad_step, (state.params, state.opt_state), keys
+        )
+        return params, opt_state, jax.tree.map(jnp.mean, out)
+
+    def _skip(self, state: QLearningState, buffer_state, rng):
+        nan = jnp.full((), jnp.nan, jnp.float32)
+        return state.params, state.opt_state, {k: nan for k in LEARN_METRICS}
+
+    # ----- the Learner ---------------------------------------------------------------
+    def init(self, rng) -> QLearningState:
+        rng, r_params, r_env = jax.random.split(rng, 3)
+        params = self.init_params(r_params)
+        E, n = self.num_envs, self.env.num_agents
+        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, E))
+        return QLearningState(
+            params=params,
+            target_params=params,
+            opt_state=self.tx.init(params),
+            buffer=self.buffer.init(self._item_spec()),
+            env_state=env_state,
+            obs=obs,
+            avail=jax.vmap(self.env.avail_actions)(env_state),
+            hidden=jnp.zeros((E, n, self.hidden_dim)),
+            first=jnp.ones((E,), bool),
+            shaper_params=self.shaper.params,
+            rng=rng,
+            update_step=jnp.zeros((), jnp.int32),
+            env_steps=jnp.zeros((), jnp.int32),
+        )
+
+    def _rollout_step(self, state: QLearningState, t):
+        rng, r_act, r_env = jax.random.split(state.rng, 3)
+        eps = self.epsilon(state.env_steps + t * self.num_envs)
+        hidden, actions, _ = self.act(
+            state.params, state.hidden, state.obs, state.avail, state.first, r_act, eps
+        )
+        world_state = jax.vmap(self.env.world_state)(state.env_state, state.obs)
+        res = jax.vmap(self.env.step)(
+            jax.random.split(r_env, self.num_envs), state.env_state, actions
+        )
+        item = Transition(
+            obs=state.obs,
+            actions=actions,
+            reward=res.reward,
+            done=res.done,
+            avail=state.avail,
+            world_state=world_state,
+            next_obs=res.terminal_obs if "next_obs" in self.needs else None,
+            state=state.env_state.env_state if "state" in self.needs else None,
+            next_state=res.terminal_env_state if "next_state" in self.needs else None,
+        )
+        state = state.replace(
+            env_state=res.state,
+            obs=res.obs,
+            avail=res.avail_actions,
+            hidden=hidden,
+            first=res.done,
+            rng=rng,
+        )
+        return state, (item, res.done, res.info)
+
+    def update(self, state: QLearningState) -> tuple[QLearningState, dict]:
+        eps = self.epsilon(state.env_steps)
+        state, (items, done, info) = jax.lax.scan(
+            self._rollout_step, state, jnp.arange(self.num_steps)
+        )
+        buffer_state = self.buffer.add(
+            state.buffer, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)
+        )
+        env_steps = state.env_steps + self.env_steps_per_update
+        rng, r_learn = jax.random.split(state.rng)
+        can_learn = self.buffer.can_sample(buffer_state) & (env_steps >= self.cfg.learning_starts)
+        params, opt_state, learn_metrics = jax.lax.cond(
+            can_learn, self._learn, self._skip, state, buffer_state, r_learn
+        )
+        update_step = state.update_step + 1
+        tau = float(self.cfg.tau)
+        target_params = jax.lax.cond(
+            update_step % int(self.cfg.target_update_interval) == 0,
+            lambda: optax.incremental_update(params, state.target_params, tau),
+            lambda: state.target_params,
+        )
+        state = state.replace(
+            params=params,
+            target_params=target_params,
+            opt_state=opt_state,
+            buffer=buffer_state,
+            rng=rng,
+            update_step=update_step,
+            env_steps=env_steps,
+        )
+        metrics = episode_metrics(done, info, self.env.has_won, self.env.return_reduction)
+        metrics.update(learn_metrics)
+        metrics["epsilon"] = eps
+        return state, metrics
+
+    def learner(self) -> Learner:
+        return Learner(
+            init=self.init,
+            update=self.update,
+            num_updates=self.num_updates,
+            env_steps_per_update=self.env_steps_per_update,
+        )
+
+
+def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
+    """QMIX (``cfg.name == 'qmix'``) or VDN (``'vdn'``) for ``env`` with ``shaper``."""
+    return QLearning(cfg, env, shaper).learner()
+
+
+def make_train(cfg, env: ArrayEnv, shaper: Shaper):
+    """``train(rng) -> (final state, metrics stacked over updates)``."""
+    return make_learner(cfg, env, shaper).train

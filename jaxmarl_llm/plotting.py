@@ -1,0 +1,74 @@
+"""Learning-curve plots from a run's ``metrics.csv``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def seed_columns(header: list[str], metric: str) -> list[str]:
+    return [c for c in header if c.startswith(f"{metric}/seed")]
+
+
+def plot_curves(
+    runs: dict[str, tuple[np.ndarray, np.ndarray]],
+    out_path: str | Path,
+    ylabel: str = "episode return",
+    title: str = "",
+) -> Path:
+    """One line per run: mean over seeds with a min-max band.
+
+    ``runs`` maps a label to ``(env_steps [U], values [U, seeds])``; NaN entries (no
+    episode ended in that update) are skipped.
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    for label, (steps, values) in runs.items():
+        values = np.atleast_2d(np.asarray(values, float).T).T if values.ndim == 1 else values
+        ok = ~np.all(np.isnan(values), axis=1)
+        if not ok.any():
+            continue
+        x, v = steps[ok], values[ok]
+        mean = np.nanmean(v, axis=1)
+        ax.plot(x, mean, label=f"{label} ({v.shape[1]} seeds)" if v.shape[1] > 1 else label)
+        if v.shape[1] > 1:
+            ax.fill_between(x, np.nanmin(v, axis=1), np.nanmax(v, axis=1), alpha=0.2)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if runs:
+        ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    out_path = Path(out_path)
+    fig.savefig(out_path)
+    plt.close(fig)
+    return out_path
+
+
+def load_metrics(csv_path: str | Path) -> tuple[list[str], np.ndarray]:
+    data = np.genfromtxt(csv_path, delimiter=",", names=True, dtype=float, deletechars="")
+    data = np.atleast_1d(data)
+    return list(data.dtype.names), data
+
+
+def plot_run(run_dir: str | Path, metric: str = "episode_return") -> Path | None:
+    """``curve.png`` for a run folder: ``metric`` per seed against env steps."""
+    run_dir = Path(run_dir)
+    header, data = load_metrics(run_dir / "metrics.csv")
+    cols = seed_columns(header, metric)
+    if not cols:
+        return None
+    values = np.stack([data[c] for c in cols], axis=1)
+    label = run_dir.name
+    return plot_curves(
+        {label: (data["env_steps"], values)},
+        run_dir / "curve.png",
+        ylabel=metric.replace("_", " "),
+        title=label,
+    )

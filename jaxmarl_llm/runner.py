@@ -1,0 +1,324 @@
+"""The chunked host loop shared by every experiment.
+
+A jitted, seed-vmapped function runs ``log_every`` updates under ``lax.scan``; between
+chunks the host writes metrics, checkpoints, the progress bar and wandb. Nothing host
+side runs inside the scan. A run folder holds::
+
+    config.yaml     the resolved config
+    metrics.csv     one row per update: env steps, per-seed return / win rate, losses, steps/s
+    summary.json    final return mean/std over seeds, env steps, wall and compile time
+    curve.png       return against env steps, mean and min-max over seeds
+    checkpoints/    orbax checkpoints of the whole train state (resume=RUN_DIR continues)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from omegaconf import DictConfig, OmegaConf
+
+import envs
+from jaxmarl_llm.config import ConfigError, to_yaml
+from jaxmarl_llm.learners import make_learner, run_chunk
+from jaxmarl_llm.plotting import plot_run
+from jaxmarl_llm.shaping.registry import build_shaper
+
+PER_SEED_METRICS = ("episode_return", "win_rate")
+# Keys a resumed run may change; anything else must match the run being resumed.
+RESUMABLE_OVERRIDES = ("resume", "progress", "plot", "wandb")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict
+    state: Any = field(repr=False, default=None)
+
+
+def default_run_dir(cfg: DictConfig) -> Path:
+    return Path("runs") / cfg.name
+
+
+def check_resume_config(saved: DictConfig, requested: DictConfig) -> None:
+    """A resumed run keeps its saved config; refuse overrides that would change it."""
+    a = OmegaConf.to_container(saved, resolve=True)
+    b = OmegaConf.to_container(requested, resolve=True)
+
+    def walk(x, y, prefix=""):
+        for k in sorted(set(x) | set(y)):
+            key = f"{prefix}{k}"
+            if key.split(".")[0] in RESUMABLE_OVERRIDES or key == "out_dir":
+                continue
+            xv, yv = x.get(k), y.get(k)
+            if isinstance(xv, dict) and isinstance(yv, dict):
+                walk(xv, yv, key + ".")
+            elif xv != yv:
+                raise ConfigError(
+                    f"resume: config key '{key}' is {yv!r} but the run being resumed used {xv!r}; "
+                    "a resumed run keeps its config (drop the override or start a new run)"
+                )
+
+    walk(a, b)
+
+
+class MetricsWriter:
+    """Appends one CSV row per update; on resume, drops rows past the checkpoint."""
+
+    def __init__(self, path: Path, keep_updates: int | None):
+        self.path = path
+        self.header: list[str] | None = None
+        if keep_updates is not None and path.exists():
+            with path.open() as f:
+                rows = list(csv.reader(f))
+            if rows:
+                self.header = rows[0]
+                kept = [r for r in rows[1:] if int(r[0]) <= keep_updates]
+                with path.open("w", newline="") as f:
+                    csv.writer(f).writerows([self.header, *kept])
+        elif path.exists():
+            path.unlink()
+
+    def write(self, rows: list[dict]) -> None:
+        if not rows:
+            return
+        if self.header is None:
+            self.header = list(rows[0])
+            with self.path.open("w", newline="") as f:
+                csv.writer(f).writerow(self.header)
+        with self.path.open("a", newline="") as f:
+            w = csv.writer(f)
+            for r in rows:
+                w.writerow([_fmt(r.get(k, float("nan"))) for k in self.header])
+
+
+def _fmt(x) -> str:
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    return f"{float(x):.6g}"
+
+
+def metric_rows(
+    metrics: dict, first_update: int, steps_per_update: int, wall_s: float, sps: float
+) -> list[dict]:
+    """Per-update rows from chunk metrics shaped ``[seeds, updates]``."""
+    num_updates = next(iter(metrics.values())).shape[1]
+    rows = []
+    for u in range(num_updates):
+        update = first_update + u + 1
+        row = {"update": update, "env_steps": update * steps_per_update, "wall_s": wall_s,
+               "steps_per_s": sps}
+        for k, v in metrics.items():
+            col = np.asarray(v[:, u], float)
+            row[k] = float(np.nanmean(col)) if not np.all(np.isnan(col)) else float("nan")
+            if k in PER_SEED_METRICS:
+                for s, x in enumerate(col):
+                    row[f"{k}/seed{s}"] = float(x)
+        rows.append(row)
+    return rows
+
+
+def final_values(csv_path: Path, metric: str = "episode_return", fraction: float = 0.1) -> np.ndarray:
+    """Per-seed mean of ``metric`` over the last ``fraction`` of logged updates."""
+    with csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return np.array([])
+    cols = [c for c in rows[0] if c.startswith(f"{metric}/seed")]
+    if not cols:
+        return np.array([])
+    tail = rows[-max(1, math.ceil(len(rows) * fraction)) :]
+    vals = np.array([[float(r[c]) for c in cols] for r in tail])
+    with np.errstate(all="ignore"):
+        return np.nanmean(vals, axis=0)
+
+
+class _Wandb:
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        self.run = None
+        mode = str(getattr(cfg.wandb.mode, "value", cfg.wandb.mode))
+        if mode == "disabled":
+            return
+        try:
+            import wandb
+        except ImportError as e:
+            raise ConfigError(
+                f"wandb.mode={mode} needs wandb: pip install 'jaxmarl_llm[wandb]'"
+            ) from e
+        self.run = wandb.init(
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            name=cfg.name,
+            mode=mode,
+            dir=str(run_dir),
+            tags=list(cfg.wandb.tags),
+            config=OmegaConf.to_container(cfg, resolve=True),
+            resume="allow",
+            id=run_dir.name,
+        )
+
+    def log(self, rows: list[dict]) -> None:
+        if self.run is not None:
+            for r in rows:
+                self.run.log({k: v for k, v in r.items() if not _isnan(v)}, step=int(r["env_steps"]))
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+
+
+def _isnan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, unit="step", unit_scale=True, disable=not enabled,
+                dynamic_ncols=True, desc="train")
+
+
+def run_experiment(
+    cfg: DictConfig,
+    on_chunk: Callable[[int, Any, list[dict]], None] | None = None,
+) -> RunResult:
+    """Train ``cfg`` to completion (or continue ``cfg.resume``) and write the run folder.
+
+    ``on_chunk(updates_done, state, rows)`` is called after each chunk is logged and
+    checkpointed (tests use it to interrupt a run).
+    """
+    if cfg.resume:
+        run_dir = Path(cfg.resume)
+        saved = OmegaConf.load(run_dir / "config.yaml")
+        check_resume_config(saved, cfg)
+        for k in RESUMABLE_OVERRIDES:
+            if k != "resume":
+                saved[k] = cfg[k]
+        cfg = saved
+        cfg.resume = str(run_dir)
+    else:
+        run_dir = Path(cfg.out_dir) if cfg.out_dir else default_run_dir(cfg)
+        if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
+            raise ConfigError(
+                f"run folder {run_dir} already holds checkpoints: pass resume={run_dir} to "
+                "continue it, or out_dir=... for a new run"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+
+    env = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    shaper = build_shaper(cfg.shaping, env)
+    learner = make_learner(cfg.algo, env, shaper)
+    steps_per_update = learner.env_steps_per_update
+    total_updates = learner.num_updates
+    chunk = int(cfg.log_every)
+
+    init = jax.jit(jax.vmap(learner.init))
+    chunk_fns: dict[int, Any] = {}
+
+    def chunk_fn(n: int):
+        if n not in chunk_fns:
+            chunk_fns[n] = jax.jit(jax.vmap(lambda s: run_chunk(learner, s, n)), donate_argnums=0)
+        return chunk_fns[n]
+
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_seeds)
+    t_compile = time.perf_counter()
+    state = init(keys)
+    mgr = ocp.CheckpointManager(
+        (run_dir / "checkpoints").absolute(),
+        options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True),
+    )
+    done_updates = 0
+    if cfg.resume:
+        latest = mgr.latest_step()
+        if latest is None:
+            raise ConfigError(f"resume: {run_dir} has no checkpoint to continue from")
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+        state = mgr.restore(latest, args=ocp.args.StandardRestore(abstract))
+        done_updates = int(latest)
+    writer = MetricsWriter(run_dir / "metrics.csv", done_updates if cfg.resume else None)
+
+    # Compile every chunk length the loop will use (a full one and the remainder) up
+    # front, so the timed loop measures training only.
+    remaining = max(total_updates - done_updates, 0)
+    for n in {min(chunk, remaining), remaining % chunk} - {0}:
+        chunk_fns[n] = chunk_fn(n).lower(state).compile()
+    compile_s = time.perf_counter() - t_compile
+
+    logger = _Wandb(cfg, run_dir)
+    bar = _progress(total_updates * steps_per_update, done_updates * steps_per_update, cfg.progress)
+    run_s = 0.0
+    run_steps = 0
+    wall0 = time.perf_counter()
+    chunks_done = 0
+    last_return = float("nan")
+    try:
+        while done_updates < total_updates:
+            n = min(chunk, total_updates - done_updates)
+            t0 = time.perf_counter()
+            state, metrics = chunk_fn(n)(state)
+            metrics = jax.device_get(metrics)
+            dt = time.perf_counter() - t0
+            run_s += dt
+            run_steps += n * steps_per_update
+            sps = n * steps_per_update / dt
+            rows = metric_rows(metrics, done_updates, steps_per_update, time.perf_counter() - wall0, sps)
+            done_updates += n
+            chunks_done += 1
+            writer.write(rows)
+            logger.log(rows)
+            returns = [r["episode_return"] for r in rows if not _isnan(r.get("episode_return"))]
+            if returns:
+                last_return = returns[-1]
+            postfix = {"return": f"{last_return:.3g}", "sps": f"{sps:,.0f}"}
+            if "win_rate" in rows[-1] and not _isnan(rows[-1]["win_rate"]):
+                postfix["win"] = f"{rows[-1]['win_rate']:.2f}"
+            bar.set_postfix(postfix, refresh=False)
+            bar.update(n * steps_per_update)
+            if chunks_done % cfg.checkpoint_every == 0 or done_updates >= total_updates:
+                mgr.save(done_updates, args=ocp.args.StandardSave(state))
+                mgr.wait_until_finished()
+            if on_chunk is not None:
+                on_chunk(done_updates, state, rows)
+    finally:
+        bar.close()
+        mgr.wait_until_finished()
+        mgr.close()
+        logger.finish()
+
+    finals = final_values(run_dir / "metrics.csv")
+    summary = {
+        "name": cfg.name,
+        "algo": cfg.algo.name,
+        "env": cfg.env.name,
+        "num_seeds": int(cfg.num_seeds),
+        "final_return_mean": float(np.nanmean(finals)) if finals.size else None,
+        "final_return_std": float(np.nanstd(finals)) if finals.size else None,
+        "final_return_per_seed": [float(x) for x in finals],
+        "env_steps": int(done_updates * steps_per_update),
+        "env_steps_per_seed": int(done_updates * steps_per_update),
+        "env_steps_all_seeds": int(done_updates * steps_per_update * cfg.num_seeds),
+        "wall_s": time.perf_counter() - wall0 + compile_s,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        # all seeds together; per-seed throughput is this divided by num_seeds
+        "env_steps_per_s": run_steps * cfg.num_seeds / run_s if run_s else None,
+        "device": str(jax.devices()[0]),
+    }
+    wins = final_values(run_dir / "metrics.csv", "win_rate")
+    if wins.size:
+        summary["final_win_rate_mean"] = float(np.nanmean(wins))
+        summary["final_win_rate_per_seed"] = [float(x) for x in wins]
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if cfg.plot:
+        plot_run(run_dir)
+    return RunResult(run_dir=run_dir, summary=summary, state=state)

@@ -1,0 +1,93 @@
+"""IPPO / MAPPO: learning with known answers, masks, variants, no retracing."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from toy_envs import MaskedBandit
+
+import envs
+from envs.array_env import ArrayEnv
+from jaxmarl_llm.config import PPOConfig
+from jaxmarl_llm.learners import ppo
+from jaxmarl_llm.shaping import identity_shaper
+
+
+def small_cfg(**kw):
+    base = dict(name="ippo", total_timesteps=16 * 8 * 40, num_envs=16, num_steps=8, lr=3e-3,
+                anneal_lr=False, num_minibatches=2, update_epochs=4, hidden_sizes=[32, 32])
+    base.update(kw)
+    return PPOConfig(**base)
+
+
+def train(cfg, env, seeds=2):
+    learner = ppo.make_learner(cfg, env, identity_shaper())
+    return jax.jit(jax.vmap(learner.train))(jax.random.split(jax.random.PRNGKey(0), seeds))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"name": "mappo"},
+        {"recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
+        {"name": "mappo", "recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
+        {"param_sharing": "per_agent"},
+    ],
+    ids=["ippo-ff", "mappo-ff", "ippo-gru", "mappo-gru", "ippo-per-agent"],
+)
+def test_learns_bandit_and_respects_mask(kw):
+    env = ArrayEnv(MaskedBandit())
+    state, metrics = train(small_cfg(**kw), env)
+    ret = np.asarray(metrics["episode_return"])  # [seeds, updates], mean over agents
+    # Optimal return is horizon * 1 = 4; the masked action (worth 2) must never be taken.
+    assert ret[:, 0].mean() < 2.0, ret[:, 0]
+    assert ret[:, -5:].mean() > 3.5, ret[:, -5:]
+    assert np.all(ret <= 4.0 + 1e-5), "an agent took the masked action"
+    assert np.all(np.isfinite(np.asarray(metrics["value_loss"])))
+
+
+def test_per_agent_params_are_separate():
+    env = ArrayEnv(MaskedBandit(num_agents=3))
+    learner = ppo.make_learner(small_cfg(param_sharing="per_agent"), env, identity_shaper())
+    params = learner.init(jax.random.PRNGKey(0)).params
+    leaves = jax.tree.leaves(params)
+    assert all(x.shape[0] == 3 for x in leaves)
+    kernels = [x for x in leaves if x.ndim == 3]  # [agents, in, out]; biases start at zero
+    assert kernels and all(not np.allclose(k[0], k[1]) for k in kernels)
+
+
+def test_update_compiles_once():
+    env = envs.make_array_env("mpe:simple_spread_3")
+    traces = []
+
+    learner = ppo.make_learner(small_cfg(total_timesteps=16 * 8 * 3), env, identity_shaper())
+
+    def counted(s):
+        traces.append(1)
+        return learner.update(s)
+
+    update = jax.jit(counted)
+    s = learner.init(jax.random.PRNGKey(0))
+    for _ in range(3):
+        s, m = update(s)
+    jax.block_until_ready(s)
+    assert len(traces) == 1
+    assert int(s.update_step) == 3
+
+
+@pytest.mark.slow
+def test_ippo_improves_on_mpe_spread():
+    env = envs.make_array_env("mpe:simple_spread_3")
+    cfg = PPOConfig(name="ippo", total_timesteps=64 * 128 * 24, num_envs=64, num_steps=128)
+    _, metrics = train(cfg, env, seeds=1)
+    ret = np.asarray(metrics["episode_return"])[0]
+    # A random policy scores about -84 (summed over 3 agents); learning lifts it.
+    assert ret[:3].mean() < -78
+    assert ret[-3:].mean() > ret[:3].mean() + 5, (ret[:3], ret[-3:])
+
+
+def test_bad_minibatch_split_is_rejected():
+    env = ArrayEnv(MaskedBandit())
+    with pytest.raises(ValueError, match="num_minibatches"):
+        ppo.make_learner(small_cfg(num_minibatches=7), env, identity_shaper())

@@ -51,6 +51,18 @@ class StepResult(NamedTuple):
     info: dict  # episode_return [N], episode_length [], won [] (valid where done)
 
 
+def _strong_types(tree):
+    """Drop JAX weak types from array leaves (dtypes are kept).
+
+    jaxmarl reset states hold weak-typed leaves (``jnp.array(0)``, stacked Python ints)
+    that come back strongly typed from a step, so a jitted step would compile twice.
+    """
+    return jax.tree.map(
+        lambda x: jax.lax.convert_element_type(x, x.dtype) if isinstance(x, jax.Array) else x,
+        tree,
+    )
+
+
 def _space_dim(space) -> int:
     if hasattr(space, "n"):
         return int(space.n)
@@ -135,7 +147,7 @@ class ArrayEnv:
     def reset(self, key: chex.PRNGKey) -> tuple[jax.Array, ArrayEnvState]:
         obs, env_state = self.env.reset(key)
         state = ArrayEnvState(
-            env_state=env_state,
+            env_state=_strong_types(env_state),
             episode_return=jnp.zeros((self.num_agents,), jnp.float32),
             episode_length=jnp.zeros((), jnp.int32),
         )
@@ -185,8 +197,9 @@ class ArrayEnv:
         done = jnp.asarray(dones["__all__"], bool)
 
         reset_obs, reset_state = self.env.reset(key_reset)
+        env_state = _strong_types(env_state)
         next_env_state = jax.tree.map(
-            lambda r, s: jax.lax.select(done, r, s), reset_state, env_state
+            lambda r, s: jax.lax.select(done, r, s), _strong_types(reset_state), env_state
         )
         next_obs = jnp.where(done, self.stack_obs(reset_obs), terminal_obs)
 

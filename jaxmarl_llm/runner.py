@@ -128,18 +128,20 @@ def metric_rows(
 
 
 def final_values(csv_path: Path, metric: str = "episode_return", fraction: float = 0.1) -> np.ndarray:
-    """Per-seed mean of ``metric`` over the last ``fraction`` of logged updates."""
+    """Per-seed mean of ``metric`` over its last ``fraction`` of logged values.
+
+    Updates in which no episode ended log NaN; they are skipped, so each seed averages
+    its last ``ceil(fraction * rows)`` real values (at least one).
+    """
     with csv_path.open() as f:
         rows = list(csv.DictReader(f))
-    if not rows:
-        return np.array([])
-    cols = [c for c in rows[0] if c.startswith(f"{metric}/seed")]
-    if not cols:
-        return np.array([])
-    tail = rows[-max(1, math.ceil(len(rows) * fraction)) :]
-    vals = np.array([[float(r[c]) for c in cols] for r in tail])
-    with np.errstate(all="ignore"):
-        return np.nanmean(vals, axis=0)
+    cols = [c for c in rows[0] if c.startswith(f"{metric}/seed")] if rows else []
+    k = max(1, math.ceil(len(rows) * fraction))
+    out = []
+    for c in cols:
+        vals = [float(r[c]) for r in rows if not math.isnan(float(r[c]))]
+        out.append(float(np.mean(vals[-k:])) if vals else float("nan"))
+    return np.array(out)
 
 
 class _Wandb:

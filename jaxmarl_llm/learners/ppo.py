@@ -108,8 +108,20 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         ws = jnp.broadcast_to(world_state[..., None, :], (*obs.shape[:-1], world_state.shape[-1]))
         return with_agent_ids(ws)  # per-agent values need to know whose value it is
 
+    # Feature widths that cost nothing when unused: IPPO stores no world state and envs
+    # without action masks store no masks, so minibatch shuffles move less data.
+    use_masks = env.has_action_masks
+
     def masked(logits, avail):
-        return jnp.where(avail, logits, MASKED_LOGIT)
+        return jnp.where(avail, logits, MASKED_LOGIT) if use_masks else logits
+
+    def stored_avail(avail):
+        return avail if use_masks else jnp.zeros((*avail.shape[:-1], 0), bool)
+
+    def stored_world_state(env_state, obs):
+        if centralized:
+            return jax.vmap(env.world_state)(env_state, obs)
+        return jnp.zeros((obs.shape[0], 0), jnp.float32)
 
     # ---- forward passes ----------------------------------------------------------
     def forward_ff(params, obs, avail, world_state):
@@ -159,8 +171,8 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             opt_state=tx.init(params),
             env_state=env_state,
             obs=obs,
-            avail=jax.vmap(env.avail_actions)(env_state),
-            world_state=jax.vmap(env.world_state)(env_state, obs),
+            avail=stored_avail(jax.vmap(env.avail_actions)(env_state)),
+            world_state=stored_world_state(env_state, obs),
             last_done=jnp.ones((E,), bool),
             actor_carry=jnp.zeros((E, n, carry_dim)),
             critic_carry=jnp.zeros((E, n, carry_dim)),
@@ -213,8 +225,8 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         s = s.replace(
             env_state=res.state,
             obs=res.obs,
-            avail=res.avail_actions,
-            world_state=jax.vmap(env.world_state)(res.state, res.obs),
+            avail=stored_avail(res.avail_actions),
+            world_state=stored_world_state(res.state, res.obs),
             last_done=res.done,
             actor_carry=ac,
             critic_carry=cc,

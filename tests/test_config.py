@@ -1,0 +1,57 @@
+"""Config loading: every shipped config resolves; bad input names the key."""
+
+import pytest
+
+from jaxmarl_llm.config import ConfigError, available_configs, build_config, load_config
+
+BASE = {"algo": {"name": "ippo"}}
+
+
+@pytest.mark.parametrize("name", available_configs())
+def test_shipped_configs_load(name):
+    cfg = load_config(name)
+    assert cfg.algo.total_timesteps > 0
+
+
+def test_overrides_apply_and_floats_become_ints():
+    cfg = build_config(BASE, ["algo.lr=3e-4", "algo.total_timesteps=2e6", "num_seeds=4",
+                              "env.kwargs.num_agents=4", "env.name=mpe:simple_spread"])
+    assert cfg.algo.lr == pytest.approx(3e-4)
+    assert cfg.algo.total_timesteps == 2_000_000 and isinstance(cfg.algo.total_timesteps, int)
+    assert cfg.num_seeds == 4 and cfg.env.kwargs.num_agents == 4
+
+
+@pytest.mark.parametrize(
+    "override, fragments",
+    [
+        (["algo.lrr=1"], ["algo.lrr", "Did you mean 'lr'", "Valid keys under 'algo'"]),
+        (["algo.activation=swish"], ["algo.activation", "tanh, relu, gelu"]),
+        (["env.name=mpe:spread"], ["env.name", "Known environments", "mpe:simple_spread_3"]),
+        (["algo.name=dqn"], ["algo.name", "ippo, mappo, qmix, vdn"]),
+        (["nope=1"], ["'nope'", "top level"]),
+        (["algo.num_envs=-2"], ["algo.num_envs", "> 0"]),
+        (["algo.num_minibatches=3"], ["algo.num_minibatches", "does not divide"]),
+        (["algo.num_envs=many"], ["algo.num_envs"]),
+        (["shaping.name=magic"], ["shaping.name", "identity"]),
+        (["shaping.mode=multiply"], ["shaping.mode", "add, replace"]),
+        (["resume=/no/such/run"], ["resume", "not a run folder"]),
+        (["algo.lr"], ["key=value"]),
+    ],
+)
+def test_bad_input_names_the_key(override, fragments):
+    with pytest.raises(ConfigError) as e:
+        build_config(BASE, override)
+    for f in fragments:
+        assert f in str(e.value), (f, str(e.value))
+
+
+def test_qlearning_schema_for_qmix():
+    cfg = build_config({"algo": {"name": "qmix"}}, ["algo.eps_finish=0.1"])
+    assert cfg.algo.eps_finish == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match="clip_eps"):
+        build_config({"algo": {"name": "qmix"}}, ["algo.clip_eps=0.1"])
+
+
+def test_unknown_config_name_lists_available():
+    with pytest.raises(ConfigError, match="Available in"):
+        load_config("no_such_experiment")

@@ -153,6 +153,11 @@ class ArrayEnv:
         )
         return self.stack_obs(obs), state
 
+    @property
+    def has_action_masks(self) -> bool:
+        """Whether the env restricts actions (else every padded-in action is legal)."""
+        return self._has_avail or not self._action_pad_mask.all()
+
     def _env_has_avail_actions(self) -> bool:
         try:
             jax.eval_shape(

@@ -127,6 +127,9 @@ class QLearningConfig:
     hidden_dim: int = 64
     mixer_embed_dim: int = 32
     mixer_hypernet_dim: int = 64
+    # gain of the QMIX hypernetworks' orthogonal init (JaxMARL's MIXER_INIT_SCALE): small, so
+    # Q_tot starts near 0 even on unnormalised world states (SMAX positions run to 32)
+    mixer_init_scale: float = 0.001
     param_sharing: ParamSharing = ParamSharing.shared
     agent_ids: bool = True
     team_reward: TeamReward = TeamReward.sum

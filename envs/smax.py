@@ -1,0 +1,149 @@
+"""SMAX (JaxMARL's StarCraft Multi-Agent Challenge in JAX) as ``smax:<map>`` entries.
+
+Learners control the allies; the enemies are driven by jaxmarl's heuristic policy
+(``HeuristicEnemySMAX``), with the kwargs JaxMARL's own baselines use
+(``see_enemy_actions=True``, ``walls_cause_death=True``, ``attack_mode="closest"``) and
+jaxmarl's defaults otherwise; any kwarg to ``make`` overrides them (e.g. ``max_steps``).
+
+Maps: every scenario in jaxmarl's ``MAP_NAME_TO_SCENARIO`` at import time (3m, 8m, 25m,
+2s3z, 3s5z, 5m_vs_6m, 10m_vs_11m, 27m_vs_30m, 3s5z_vs_3s6z, 3s_vs_5z, 6h_vs_8z and the
+SMACv2-style ``smacv2_{5,10,20}_units``), plus ``2m_vs_1z`` and ``3s_vs_3z`` built here
+from SMAX unit types. Each entry reports a win (all enemies dead, at least one ally
+alive), jaxmarl's world state as the centralized state, and groups the allies by unit
+type (one group on the random-unit SMACv2 maps).
+
+What SMAX cannot express, and how it differs from SMAC on StarCraft II:
+
+* Units: only marine, marauder, stalker, zealot, zergling and hydralisk. Maps that need
+  anything else have no SMAX version: 2s_vs_1sc (a spine crawler, a static building),
+  MMM/MMM2 (medivacs that heal), 1c3s5z and 2c_vs_64zg (colossi), bane_vs_bane and
+  so_many_baneling (banelings, splash damage).
+* Terrain: a flat, empty 32x32 square; no cliffs, high ground, ramps, chokes or vision
+  blockers (so nothing like the corridor map or 2c_vs_64zg's cliff), and touching the
+  map edge kills a unit (``walls_cause_death``). Every map starts the two teams as
+  clusters at x = W/4 and x = 3W/4 (random noise of +-2), not SMAC's map-specific spots.
+* Combat: no armour, bonus damage, splash, upgrades or projectile travel; protoss
+  shields are folded into health and never regenerate; movement is continuous with a
+  simple push-apart instead of SC2 pathing. Actions resolve simultaneously, so draws
+  (both teams wiped out in the same step) happen and do not count as wins.
+* Actions: 4 moves, stop, then one attack per enemy (``num_enemies + 5``); SMAC has an
+  extra no-op for dead units, here a dead unit may only "stop". Attacks are legal only
+  on living enemies inside the unit's attack range.
+* Observations: per-unit features (health, relative position, last move, last target,
+  weapon cooldown, unit-type one-hot) within sight range; no distance or separate shield
+  features. The world state is jaxmarl's: for every unit (allies first) health fraction,
+  raw map position (0..32, not normalised), weapon cooldown (seconds) and type one-hot,
+  then every unit's team and raw type id: ``12 * (num_allies + num_enemies)`` floats.
+* Reward: enemy health fraction removed per step divided by the number of enemies,
+  plus 1 for a win, so a perfect episode returns about 2 (SMAC scales to 20).
+* Time: one env step is 8 world steps of 1/16 s; every map uses ``max_steps=100``
+  (SMAC's limits are per map), and jaxmarl checks the limit before counting the step,
+  so a time-out episode lasts ``max_steps + 1`` steps.
+* Enemy AI: jaxmarl's heuristic (attack the closest unit in range, else chase a visible
+  enemy or head across the map), not SC2's built-in AI at difficulty 7.
+* SMACv2 maps draw every ally's type uniformly from all six types regardless of race
+  (SMACv2 samples per race with fixed probabilities and includes medivacs, colossi and
+  banelings), the enemies mirror the allies' types, and positions use jaxmarl's
+  surround-or-reflect start distribution.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxmarl.environments.smax import HeuristicEnemySMAX
+from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO, Scenario
+
+from envs.registry import EnvSpec, register
+
+UNIT_TYPES = ("marine", "marauder", "stalker", "zealot", "zergling", "hydralisk")
+MARINE, MARAUDER, STALKER, ZEALOT, ZERGLING, HYDRALISK = range(6)
+
+# Kwargs of JaxMARL's SMAX baselines; jaxmarl's defaults hold for everything else.
+BASELINE_KWARGS = {"see_enemy_actions": True, "walls_cause_death": True, "attack_mode": "closest"}
+
+
+def _fixed_scenario(allies: list[int], enemies: list[int]) -> Scenario:
+    return Scenario(
+        jnp.array(allies + enemies, dtype=jnp.uint8),
+        len(allies),
+        len(enemies),
+        False,
+        False,
+    )
+
+
+EXTRA_SCENARIOS: dict[str, Scenario] = {
+    "2m_vs_1z": _fixed_scenario([MARINE] * 2, [ZEALOT]),
+    "3s_vs_3z": _fixed_scenario([STALKER] * 3, [ZEALOT] * 3),
+}
+
+
+def scenarios() -> dict[str, Scenario]:
+    """Every SMAX map this module knows: jaxmarl's and ours."""
+    return {**MAP_NAME_TO_SCENARIO, **EXTRA_SCENARIOS}
+
+
+def _make(map_name: str, **kwargs) -> HeuristicEnemySMAX:
+    return HeuristicEnemySMAX(scenario=scenarios()[map_name], **kwargs)
+
+
+def _inner_state(env_state):
+    # HeuristicEnemySMAX wraps the SMAX state as ``.state``; plain SMAX states have none.
+    return getattr(env_state, "state", env_state)
+
+
+def smax_won(env, env_state) -> jax.Array:
+    """All enemies dead and at least one ally alive."""
+    alive = _inner_state(env_state).unit_alive
+    return jnp.any(alive[: env.num_allies]) & ~jnp.any(alive[env.num_allies :])
+
+
+def smax_world_state(env, env_state, obs) -> jax.Array:
+    """jaxmarl's SMAX world state, ``[12 * (num_allies + num_enemies)]`` float32."""
+    smax = getattr(env, "_env", env)  # the SMAX inside HeuristicEnemySMAX
+    return smax.get_world_state(_inner_state(env_state)).astype(jnp.float32)
+
+
+def smax_groups(env) -> tuple[int, ...]:
+    """Ally group per unit type, in order of first appearance; one group for random types."""
+    if env.smacv2_unit_type_generation or env.scenario is None:
+        return (0,) * env.num_allies
+    types = np.asarray(env.scenario)[: env.num_allies].tolist()
+    order = list(dict.fromkeys(types))
+    return tuple(order.index(t) for t in types)
+
+
+def _describe(name: str, sc: Scenario) -> str:
+    if sc.smacv2_unit_type_generation:
+        return (
+            f"SMAX {name}: {sc.num_allies} vs {sc.num_enemies} random unit types "
+            "(SMACv2-style), heuristic enemy"
+        )
+    types = np.asarray(sc.unit_types).tolist()
+
+    def team(ts):
+        counts = {t: ts.count(t) for t in dict.fromkeys(ts)}
+        return " + ".join(f"{n} {UNIT_TYPES[t]}{'s' if n > 1 else ''}" for t, n in counts.items())
+
+    return (
+        f"SMAX {name}: {team(types[: sc.num_allies])} vs "
+        f"{team(types[sc.num_allies :])} (heuristic enemy)"
+    )
+
+
+for _name, _sc in sorted(scenarios().items()):
+    register(
+        EnvSpec(
+            f"smax:{_name}",
+            functools.partial(_make, _name),
+            _describe(_name, _sc),
+            default_kwargs=dict(BASELINE_KWARGS),
+            won_fn=smax_won,
+            world_state_fn=smax_world_state,
+            groups_fn=smax_groups,
+        )
+    )

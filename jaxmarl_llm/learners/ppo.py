@@ -38,8 +38,8 @@ class PPOState(struct.PyTreeNode):
     opt_state: Any
     env_state: ArrayEnvState  # [E]
     obs: jax.Array  # [E, N, D]
-    avail: jax.Array  # [E, N, A]
-    world_state: jax.Array  # [E, S]
+    avail: jax.Array | None  # [E, N, A]; None when the env has no action masks
+    world_state: jax.Array | None  # [E, S]; None for IPPO (its critic sees the obs)
     last_done: jax.Array  # [E] the previous step ended an episode (GRU reset)
     actor_carry: jax.Array  # [E, N, H] (zeros of width 1 when feed-forward)
     critic_carry: jax.Array  # [E, N, H]
@@ -50,8 +50,8 @@ class PPOState(struct.PyTreeNode):
 
 class Rollout(struct.PyTreeNode):
     obs: jax.Array  # [T, E, N, D]
-    world_state: jax.Array  # [T, E, S]
-    avail: jax.Array  # [T, E, N, A]
+    world_state: jax.Array | None  # [T, E, S]
+    avail: jax.Array | None  # [T, E, N, A]
     action: jax.Array  # [T, E, N]
     log_prob: jax.Array  # [T, E, N]
     value: jax.Array  # [T, E, N]
@@ -116,16 +116,25 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         return jnp.where(avail, logits, MASKED_LOGIT) if use_masks else logits
 
     def stored_avail(avail):
-        return avail if use_masks else jnp.zeros((*avail.shape[:-1], 0), bool)
+        return avail if use_masks else None
 
     def stored_world_state(env_state, obs):
-        if centralized:
-            return jax.vmap(env.world_state)(env_state, obs)
-        return jnp.zeros((obs.shape[0], 0), jnp.float32)
+        return jax.vmap(env.world_state)(env_state, obs) if centralized else None
+
+    def add_time(x):
+        return None if x is None else x[None]
 
     # ---- forward passes ----------------------------------------------------------
     def forward_ff(params, obs, avail, world_state):
-        logits, value = net.apply(params, actor_inputs(obs), critic_inputs(obs, world_state))
+        x, c = actor_inputs(obs), critic_inputs(obs, world_state)
+        if net.num_groups == 1:
+            # 2-D inputs keep XLA:CPU on its fast GEMM path (a [B, N, D] dot and its
+            # gradient run markedly slower).
+            lead = x.shape[:-1]
+            logits, value = net.apply(params, x.reshape(-1, x.shape[-1]), c.reshape(-1, c.shape[-1]))
+            logits, value = logits.reshape(*lead, -1), value.reshape(lead)
+        else:
+            logits, value = net.apply(params, x, c)
         return masked(logits, avail), value
 
     def forward_rnn(params, carries, obs, avail, world_state, resets):
@@ -190,8 +199,8 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
                 s.params,
                 (s.actor_carry, s.critic_carry),
                 s.obs[None],
-                s.avail[None],
-                s.world_state[None],
+                add_time(s.avail),
+                add_time(s.world_state),
                 s.last_done[None],
             )
             logits, value = logits[0], value[0]
@@ -287,8 +296,8 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
                 s.params,
                 (s.actor_carry, s.critic_carry),
                 s.obs[None],
-                s.avail[None],
-                s.world_state[None],
+                add_time(s.avail),
+                add_time(s.world_state),
                 s.last_done[None],
             )
             last_value = last_value[0]

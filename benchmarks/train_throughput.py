@@ -20,7 +20,9 @@ import numpy as np
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--algo", default="ippo", choices=["ippo", "mappo", "qmix", "vdn"])
     p.add_argument("--env", default="mpe:simple_spread_3")
     p.add_argument("--num-envs", type=int, default=1024)

@@ -4,10 +4,12 @@
 ``envs.make_array_env(name, **kwargs)`` returns the stacked-array view learners use.
 """
 
-from envs import matrix_game  # noqa: F401
-from envs import mpe  # noqa: F401  (registers entries)
-from envs import overcooked  # noqa: F401
-from envs import smax  # noqa: F401
+from envs import (
+    matrix_game,  # noqa: F401
+    mpe,  # noqa: F401  (registers entries)
+    overcooked,  # noqa: F401
+    smax,  # noqa: F401
+)
 from envs.array_env import ArrayEnv, ArrayEnvState, StepResult
 from envs.registry import EnvSpec, UnknownEnvError, make, make_array_env, names, register, spec
 

@@ -16,10 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("name", nargs="?", help="config name in experiments/configs/ or a YAML path")
+    parser.add_argument(
+        "name", nargs="?", help="config name in experiments/configs/ or a YAML path"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     parser.add_argument("--list", action="store_true", help="list configs, envs and algorithms")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
     args = parser.parse_args(argv)
 
     from jaxmarl_llm.config import ConfigError, available_configs, load_config, to_yaml

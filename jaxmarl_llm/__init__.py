@@ -1,3 +1,3 @@
-"""jaxmarl_llm: cooperative MARL in JAX with rewards and guidance from language and vision models."""
+"""jaxmarl_llm: cooperative MARL in JAX, rewards and guidance from language and vision models."""
 
 __version__ = "0.1.0"

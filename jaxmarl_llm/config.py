@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from jaxmarl_llm.learners.networks import ParamSharing
 from jaxmarl_llm.shaping.base import CombineMode
@@ -198,7 +198,9 @@ def _explain(err: OmegaConfBaseException, schema: DictConfig) -> ConfigError:
         close = difflib.get_close_matches(leaf, valid, n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
         where = f"under '{parent}'" if parent else "at the top level"
-        return ConfigError(f"unknown config key '{key}'.{hint} Valid keys {where}: {', '.join(valid)}")
+        return ConfigError(
+            f"unknown config key '{key}'.{hint} Valid keys {where}: {', '.join(valid)}"
+        )
     msg = str(err).splitlines()[0]
     return ConfigError(f"bad value for config key '{key}': {msg}")
 
@@ -281,7 +283,9 @@ def _check(cfg: DictConfig) -> None:
             f"bad value for config key 'shaping.name': {cfg.shaping.name!r}; "
             f"valid choices: {', '.join(shaper_names())}"
         )
-    _positive(cfg, "num_seeds", "log_every", "checkpoint_every", "algo.total_timesteps", "algo.num_envs")
+    _positive(
+        cfg, "num_seeds", "log_every", "checkpoint_every", "algo.total_timesteps", "algo.num_envs"
+    )
     _positive(cfg, "algo.num_steps", "algo.lr")
     a = cfg.algo
     if cfg.algo.name in ("ippo", "mappo"):

@@ -115,8 +115,12 @@ def metric_rows(
     rows = []
     for u in range(num_updates):
         update = first_update + u + 1
-        row = {"update": update, "env_steps": update * steps_per_update, "wall_s": wall_s,
-               "steps_per_s": sps}
+        row = {
+            "update": update,
+            "env_steps": update * steps_per_update,
+            "wall_s": wall_s,
+            "steps_per_s": sps,
+        }
         for k, v in metrics.items():
             col = np.asarray(v[:, u], float)
             row[k] = float(np.nanmean(col)) if not np.all(np.isnan(col)) else float("nan")
@@ -127,7 +131,9 @@ def metric_rows(
     return rows
 
 
-def final_values(csv_path: Path, metric: str = "episode_return", fraction: float = 0.1) -> np.ndarray:
+def final_values(
+    csv_path: Path, metric: str = "episode_return", fraction: float = 0.1
+) -> np.ndarray:
     """Per-seed mean of ``metric`` over its last ``fraction`` of logged values.
 
     Updates in which no episode ended log NaN; they are skipped, so each seed averages
@@ -171,7 +177,9 @@ class _Wandb:
     def log(self, rows: list[dict]) -> None:
         if self.run is not None:
             for r in rows:
-                self.run.log({k: v for k, v in r.items() if not _isnan(v)}, step=int(r["env_steps"]))
+                self.run.log(
+                    {k: v for k, v in r.items() if not _isnan(v)}, step=int(r["env_steps"])
+                )
 
     def finish(self) -> None:
         if self.run is not None:
@@ -185,8 +193,15 @@ def _isnan(v) -> bool:
 def _progress(total: int, initial: int, enabled: bool):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, unit="step", unit_scale=True, disable=not enabled,
-                dynamic_ncols=True, desc="train")
+    return tqdm(
+        total=total,
+        initial=initial,
+        unit="step",
+        unit_scale=True,
+        disable=not enabled,
+        dynamic_ncols=True,
+        desc="train",
+    )
 
 
 def run_experiment(
@@ -273,7 +288,9 @@ def run_experiment(
             run_s += dt
             run_steps += n * steps_per_update
             sps = n * steps_per_update / dt
-            rows = metric_rows(metrics, done_updates, steps_per_update, time.perf_counter() - wall0, sps)
+            rows = metric_rows(
+                metrics, done_updates, steps_per_update, time.perf_counter() - wall0, sps
+            )
             done_updates += n
             chunks_done += 1
             writer.write(rows)

@@ -14,8 +14,16 @@ def test_shipped_configs_load(name):
 
 
 def test_overrides_apply_and_floats_become_ints():
-    cfg = build_config(BASE, ["algo.lr=3e-4", "algo.total_timesteps=2e6", "num_seeds=4",
-                              "env.kwargs.num_agents=4", "env.name=mpe:simple_spread"])
+    cfg = build_config(
+        BASE,
+        [
+            "algo.lr=3e-4",
+            "algo.total_timesteps=2e6",
+            "num_seeds=4",
+            "env.kwargs.num_agents=4",
+            "env.name=mpe:simple_spread",
+        ],
+    )
     assert cfg.algo.lr == pytest.approx(3e-4)
     assert cfg.algo.total_timesteps == 2_000_000 and isinstance(cfg.algo.total_timesteps, int)
     assert cfg.num_seeds == 4 and cfg.env.kwargs.num_agents == 4

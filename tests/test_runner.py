@@ -11,19 +11,37 @@ from jaxmarl_llm.config import ConfigError, build_config
 from jaxmarl_llm.runner import run_experiment
 
 TINY = {
-    "ippo": ["algo.num_envs=8", "algo.num_steps=8", "algo.total_timesteps=384",
-             "algo.num_minibatches=2", "algo.hidden_sizes=[16,16]"],
-    "qmix": ["algo.num_envs=4", "algo.num_steps=8", "algo.total_timesteps=192",
-             "algo.learning_starts=32", "algo.batch_size=4", "algo.buffer_size=64",
-             "algo.hidden_dim=16", "algo.updates_per_rollout=1"],
+    "ippo": [
+        "algo.num_envs=8",
+        "algo.num_steps=8",
+        "algo.total_timesteps=384",
+        "algo.num_minibatches=2",
+        "algo.hidden_sizes=[16,16]",
+    ],
+    "qmix": [
+        "algo.num_envs=4",
+        "algo.num_steps=8",
+        "algo.total_timesteps=192",
+        "algo.learning_starts=32",
+        "algo.batch_size=4",
+        "algo.buffer_size=64",
+        "algo.hidden_dim=16",
+        "algo.updates_per_rollout=1",
+    ],
 }
 
 
 def tiny_cfg(tmp_path, algo="ippo", *extra):
     return build_config(
         {"name": f"tiny_{algo}", "env": {"name": "mpe:simple_spread_3"}, "algo": {"name": algo}},
-        [*TINY[algo], "num_seeds=2", "log_every=2", "progress=false",
-         f"out_dir={tmp_path / 'run'}", *extra],
+        [
+            *TINY[algo],
+            "num_seeds=2",
+            "log_every=2",
+            "progress=false",
+            f"out_dir={tmp_path / 'run'}",
+            *extra,
+        ],
     )
 
 
@@ -39,7 +57,9 @@ def test_run_folder_contents(tmp_path):
     rows = list(csv.DictReader((d / "metrics.csv").open()))
     assert [int(r["update"]) for r in rows] == [1, 2, 3, 4, 5, 6]
     assert int(rows[-1]["env_steps"]) == 6 * 64
-    assert {"episode_return/seed0", "episode_return/seed1", "policy_loss", "steps_per_s"} <= set(rows[0])
+    assert {"episode_return/seed0", "episode_return/seed1", "policy_loss", "steps_per_s"} <= set(
+        rows[0]
+    )
     summary = json.loads((d / "summary.json").read_text())
     assert summary["num_seeds"] == 2 and summary["env_steps"] == 384
     assert len(summary["final_return_per_seed"]) == 2

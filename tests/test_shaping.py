@@ -23,8 +23,13 @@ from jaxmarl_llm.shaping import (
 
 def batch(reward):
     reward = jnp.asarray(reward, jnp.float32)
-    return TransitionBatch(obs=None, actions=None, next_obs=None, reward=reward,
-                           done=jnp.zeros(reward.shape[:-1], bool))
+    return TransitionBatch(
+        obs=None,
+        actions=None,
+        next_obs=None,
+        reward=reward,
+        done=jnp.zeros(reward.shape[:-1], bool),
+    )
 
 
 class CombineTest(chex.TestCase):
@@ -33,16 +38,20 @@ class CombineTest(chex.TestCase):
         b = batch([[1.0, 2.0]])
         add = constant_shaper(0.5, mode=CombineMode.add, coef=2.0)
         rep = constant_shaper(0.5, mode=CombineMode.replace, coef=2.0)
-        np.testing.assert_allclose(self.variant(lambda p, x: shaped_reward(add, p, x))(add.params, b),
-                                   [[2.0, 3.0]])
-        np.testing.assert_allclose(self.variant(lambda p, x: shaped_reward(rep, p, x))(rep.params, b),
-                                   [[1.0, 1.0]])
+        np.testing.assert_allclose(
+            self.variant(lambda p, x: shaped_reward(add, p, x))(add.params, b), [[2.0, 3.0]]
+        )
+        np.testing.assert_allclose(
+            self.variant(lambda p, x: shaped_reward(rep, p, x))(rep.params, b), [[1.0, 1.0]]
+        )
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_identity_keeps_env_reward(self):
         s = identity_shaper()
         b = batch([[1.0, -2.0, 3.0]])
-        np.testing.assert_array_equal(self.variant(lambda x: shaped_reward(s, None, x))(b), b.reward)
+        np.testing.assert_array_equal(
+            self.variant(lambda x: shaped_reward(s, None, x))(b), b.reward
+        )
 
 
 def test_team_reward_reductions():

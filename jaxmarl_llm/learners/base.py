@@ -35,7 +35,9 @@ def run_chunk(learner: Learner, state: Any, num_updates: int) -> tuple[Any, dict
     return jax.lax.scan(lambda s, _: learner.update(s), state, None, num_updates)
 
 
-def episode_metrics(done: jax.Array, info: dict, has_won: bool, return_reduction: str = "mean") -> dict:
+def episode_metrics(
+    done: jax.Array, info: dict, has_won: bool, return_reduction: str = "mean"
+) -> dict:
     """Mean over the episodes that ended in a rollout.
 
     ``done`` [T, E]; ``info['episode_return']`` [T, E, N] (per agent, env reward);

@@ -9,7 +9,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax.linen.initializers import constant, orthogonal
+from flax.linen.initializers import constant
+
+from jaxmarl_llm.learners.initializers import orthogonal
 
 MIXER_NAMES = ("qmix", "vdn")
 

@@ -11,7 +11,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax.linen.initializers import constant, orthogonal
+from flax.linen.initializers import constant
+
+from jaxmarl_llm.learners.initializers import orthogonal
 
 
 class ParamSharing(str, Enum):
@@ -40,9 +42,9 @@ class MLP(nn.Module):
         act = _activation(self.activation)
         for h in self.hidden:
             x = act(nn.Dense(h, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
-        return nn.Dense(self.out_dim, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(
-            x
-        )
+        return nn.Dense(
+            self.out_dim, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0)
+        )(x)
 
 
 class ResetGRU(nn.Module):
@@ -56,7 +58,11 @@ class ResetGRU(nn.Module):
 
     @nn.compact
     def __call__(self, carry, xs, resets):
-        cell = nn.GRUCell(self.hidden_dim, kernel_init=orthogonal(np.sqrt(2)))
+        cell = nn.GRUCell(
+            self.hidden_dim,
+            kernel_init=orthogonal(np.sqrt(2)),
+            recurrent_kernel_init=orthogonal(1.0),
+        )
 
         def step(cell, carry, inp):
             x, reset = inp
@@ -123,7 +129,9 @@ class RecurrentCritic(nn.Module):
 
 def agent_one_hot(num_agents: int, batch_shape: tuple[int, ...]) -> jax.Array:
     """One-hot agent ids broadcast to ``[*batch_shape, N, N]``."""
-    return jnp.broadcast_to(jnp.eye(num_agents, dtype=jnp.float32), (*batch_shape, num_agents, num_agents))
+    return jnp.broadcast_to(
+        jnp.eye(num_agents, dtype=jnp.float32), (*batch_shape, num_agents, num_agents)
+    )
 
 
 def with_agent_ids(x: jax.Array) -> jax.Array:

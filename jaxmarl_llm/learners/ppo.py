@@ -93,7 +93,9 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         actor = AgentParams(
             RecurrentActor(a, cfg.gru_hidden_dim, activation), env.agent_groups, sharing
         )
-        critic = AgentParams(RecurrentCritic(cfg.gru_hidden_dim, activation), env.agent_groups, sharing)
+        critic = AgentParams(
+            RecurrentCritic(cfg.gru_hidden_dim, activation), env.agent_groups, sharing
+        )
         carry_dim = cfg.gru_hidden_dim
     else:
         net = AgentParams(ActorCritic(a, hidden, activation), env.agent_groups, sharing)
@@ -131,7 +133,9 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             # 2-D inputs keep XLA:CPU on its fast GEMM path (a [B, N, D] dot and its
             # gradient run markedly slower).
             lead = x.shape[:-1]
-            logits, value = net.apply(params, x.reshape(-1, x.shape[-1]), c.reshape(-1, c.shape[-1]))
+            logits, value = net.apply(
+                params, x.reshape(-1, x.shape[-1]), c.reshape(-1, c.shape[-1])
+            )
             logits, value = logits.reshape(*lead, -1), value.reshape(lead)
         else:
             logits, value = net.apply(params, x, c)
@@ -152,9 +156,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
 
     def init_params(rng):
         obs0 = jnp.zeros((env.obs_dim + (n if cfg.agent_ids else 0),))
-        crit0 = (
-            jnp.zeros((env.world_state_dim + n,)) if centralized else obs0
-        )
+        crit0 = jnp.zeros((env.world_state_dim + n,)) if centralized else obs0
         if not cfg.recurrent:
             return net.init(rng, obs0, crit0)
         ra, rc = jax.random.split(rng)
@@ -165,9 +167,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         }
 
     grad_steps = num_updates * cfg.update_epochs * cfg.num_minibatches
-    lr = (
-        optax.linear_schedule(cfg.lr, 0.0, grad_steps) if cfg.anneal_lr else cfg.lr
-    )
+    lr = optax.linear_schedule(cfg.lr, 0.0, grad_steps) if cfg.anneal_lr else cfg.lr
     tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
 
     # ---- init ----------------------------------------------------------------------
@@ -245,7 +245,9 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
     # ---- loss ----------------------------------------------------------------------
     def loss_fn(params, mb: Rollout, adv, targets, carries):
         if cfg.recurrent:
-            _, logits, value = forward_rnn(params, carries, mb.obs, mb.avail, mb.world_state, mb.reset)
+            _, logits, value = forward_rnn(
+                params, carries, mb.obs, mb.avail, mb.world_state, mb.reset
+            )
         else:
             logits, value = forward_ff(params, mb.obs, mb.avail, mb.world_state)
         pi = distrax.Categorical(logits=logits)
@@ -274,17 +276,22 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         if cfg.recurrent:
             # Whole sequences: shuffle and split the env axis of [T, E, ...]; carries [E, ...].
             rollout, adv, targets, carries = data
-            split_seq = lambda x: jnp.take(x, perm, axis=1).reshape(
-                x.shape[0], cfg.num_minibatches, mb_units, *x.shape[2:]
-            ).swapaxes(0, 1)
+            split_seq = lambda x: (
+                jnp.take(x, perm, axis=1)
+                .reshape(x.shape[0], cfg.num_minibatches, mb_units, *x.shape[2:])
+                .swapaxes(0, 1)
+            )
             split_env = lambda x: jnp.take(x, perm, axis=0).reshape(
                 cfg.num_minibatches, mb_units, *x.shape[1:]
             )
-            return (*jax.tree.map(split_seq, (rollout, adv, targets)), jax.tree.map(split_env, carries))
+            return (
+                *jax.tree.map(split_seq, (rollout, adv, targets)),
+                jax.tree.map(split_env, carries),
+            )
         # (t, e) cells of [T, E, ...], all agents of a cell together.
-        split_cells = lambda x: jnp.take(x.reshape(batch_units, *x.shape[2:]), perm, axis=0).reshape(
-            cfg.num_minibatches, mb_units, *x.shape[2:]
-        )
+        split_cells = lambda x: jnp.take(
+            x.reshape(batch_units, *x.shape[2:]), perm, axis=0
+        ).reshape(cfg.num_minibatches, mb_units, *x.shape[2:])
         return jax.tree.map(split_cells, data)
 
     # ---- one update ------------------------------------------------------------------

@@ -37,10 +37,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import struct
-from flax.linen.initializers import constant, orthogonal
+from flax.linen.initializers import constant
 
 from envs.array_env import ArrayEnv, ArrayEnvState
 from jaxmarl_llm.learners.base import Learner, episode_metrics
+from jaxmarl_llm.learners.initializers import orthogonal
 from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
 from jaxmarl_llm.learners.networks import AgentParams, ParamSharing, ResetGRU, with_agent_ids
 from jaxmarl_llm.learners.q_losses import (

@@ -1,7 +1,6 @@
 """GAE and PPO losses against plain references, with and without jit."""
 
 import chex
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -38,7 +37,9 @@ class GAETest(chex.TestCase):
 
     def test_done_blocks_bootstrap(self):
         # One step, episode ends: advantage is r - V regardless of the next value.
-        adv, _ = gae(jnp.array([1.0]), jnp.array([0.25]), jnp.array([1.0]), jnp.array(100.0), 0.99, 0.95)
+        adv, _ = gae(
+            jnp.array([1.0]), jnp.array([0.25]), jnp.array([1.0]), jnp.array(100.0), 0.99, 0.95
+        )
         np.testing.assert_allclose(adv, [0.75])
 
 
@@ -51,7 +52,9 @@ class PPOLossTest(chex.TestCase):
         old = jnp.zeros(2)
         adv = jnp.array([2.0, -1.0])
         loss, stats = self.variant(lambda *a: clipped_policy_loss(*a, clip_eps=0.2))(logp, old, adv)
-        expected = -np.mean([min(np.exp(0.5) * 2.0, 1.2 * 2.0), min(np.exp(-0.5) * -1.0, 0.8 * -1.0)])
+        expected = -np.mean(
+            [min(np.exp(0.5) * 2.0, 1.2 * 2.0), min(np.exp(-0.5) * -1.0, 0.8 * -1.0)]
+        )
         np.testing.assert_allclose(loss, expected, rtol=1e-6)
         np.testing.assert_allclose(stats["clip_frac"], 1.0)
 
@@ -61,4 +64,5 @@ class PPOLossTest(chex.TestCase):
         unclipped = self.variant(lambda *a: value_loss(*a, clip_eps=0.5, clip=False))(v, old, tgt)
         clipped = self.variant(lambda *a: value_loss(*a, clip_eps=0.5, clip=True))(v, old, tgt)
         np.testing.assert_allclose(unclipped, 0.5 * 1.0)
-        np.testing.assert_allclose(clipped, 0.5 * (3.0 - 0.5) ** 2)  # pessimistic: the clipped error
+        # pessimistic: the clipped error
+        np.testing.assert_allclose(clipped, 0.5 * (3.0 - 0.5) ** 2)

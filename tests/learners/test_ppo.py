@@ -1,7 +1,6 @@
 """IPPO / MAPPO: learning with known answers, masks, variants, no retracing."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from toy_envs import MaskedBandit
@@ -14,8 +13,17 @@ from jaxmarl_llm.shaping import identity_shaper
 
 
 def small_cfg(**kw):
-    base = dict(name="ippo", total_timesteps=16 * 8 * 40, num_envs=16, num_steps=8, lr=3e-3,
-                anneal_lr=False, num_minibatches=2, update_epochs=4, hidden_sizes=[32, 32])
+    base = dict(
+        name="ippo",
+        total_timesteps=16 * 8 * 40,
+        num_envs=16,
+        num_steps=8,
+        lr=3e-3,
+        anneal_lr=False,
+        num_minibatches=2,
+        update_epochs=4,
+        hidden_sizes=[32, 32],
+    )
     base.update(kw)
     return PPOConfig(**base)
 

@@ -79,6 +79,12 @@ def main(argv=None) -> dict:
         "device": str(jax.devices()[0]),
         "jax": jax.__version__,
     }
+    if args.algo in ("qmix", "vdn"):
+        from jaxmarl_llm.learners.qlearning import QLearning
+
+        q = QLearning(cfg.algo, env, build_shaper(cfg.shaping, env))
+        out["buffer_transitions"] = int(cfg.algo.buffer_size * cfg.algo.num_steps)
+        out["buffer_gib"] = q.buffer_nbytes() / 2**30
     if args.json:
         print(json.dumps(out))
     else:

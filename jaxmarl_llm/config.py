@@ -98,6 +98,10 @@ class PPOConfig:
     param_sharing: ParamSharing = ParamSharing.shared
     agent_ids: bool = True
     normalize_advantages: bool = True
+    # Agent-rows per gradient chunk: each minibatch's gradient is accumulated over
+    # chunks of about this size (same gradient; activations stay in cache, ~2x faster
+    # on CPU). 0 = the whole minibatch at once.
+    grad_chunk_rows: int = 8192
 
 
 @dataclass
@@ -290,6 +294,11 @@ def _check(cfg: DictConfig) -> None:
     a = cfg.algo
     if cfg.algo.name in ("ippo", "mappo"):
         _positive(cfg, "algo.update_epochs", "algo.num_minibatches")
+        if a.grad_chunk_rows < 0:
+            raise ConfigError(
+                f"bad value for config key 'algo.grad_chunk_rows': {a.grad_chunk_rows} "
+                "(need >= 0; 0 = no chunking)"
+            )
         units = a.num_envs if a.recurrent else a.num_envs * a.num_steps
         if units % a.num_minibatches:
             what = "algo.num_envs" if a.recurrent else "algo.num_envs * algo.num_steps"

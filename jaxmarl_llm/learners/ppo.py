@@ -9,6 +9,7 @@ times smaller; recurrent minibatches are drawn over environments, whole sequence
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import chex
@@ -28,6 +29,7 @@ from jaxmarl_llm.learners.networks import (
     RecurrentCritic,
     with_agent_ids,
 )
+from jaxmarl_llm.learners.permutation import feistel_permutation
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
 
 MASKED_LOGIT = -1e9  # finite, so masked entries give exp() == 0 without NaN entropies
@@ -60,6 +62,16 @@ class Rollout(struct.PyTreeNode):
     reset: jax.Array  # [T, E] the step starts a new episode (GRU carry cleared)
 
 
+def num_grad_chunks(units: int, rows_per_unit: int, chunk_rows: int) -> int:
+    """How many equal chunks to split ``units`` into so each holds about ``chunk_rows``
+    rows: the divisor of ``units`` nearest (in ratio) to ``units * rows_per_unit / chunk_rows``."""
+    if chunk_rows <= 0 or units * rows_per_unit <= chunk_rows:
+        return 1
+    target = units * rows_per_unit / chunk_rows
+    divisors = [d for d in range(1, units + 1) if units % d == 0]
+    return min(divisors, key=lambda d: (abs(math.log(d / target)), d))
+
+
 def _check_config(cfg) -> None:
     if cfg.name not in ("ippo", "mappo"):
         raise ValueError(f"ppo learner got algo.name={cfg.name!r}; valid: ippo, mappo")
@@ -84,6 +96,9 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
     num_updates = int(cfg.total_timesteps) // (T * E)
     batch_units = E if cfg.recurrent else T * E
     mb_units = batch_units // cfg.num_minibatches
+    grad_chunks = num_grad_chunks(
+        mb_units, n * (T if cfg.recurrent else 1), int(getattr(cfg, "grad_chunk_rows", 0))
+    )
     hidden = tuple(cfg.hidden_sizes)
     activation = str(getattr(cfg.activation, "value", cfg.activation))
     sharing = str(getattr(cfg.param_sharing, "value", cfg.param_sharing))
@@ -252,8 +267,6 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             logits, value = forward_ff(params, mb.obs, mb.avail, mb.world_state)
         pi = distrax.Categorical(logits=logits)
         log_prob = pi.log_prob(mb.action)
-        if cfg.normalize_advantages:
-            adv = normalize(adv)
         pg_loss, stats = clipped_policy_loss(log_prob, mb.log_prob, adv, cfg.clip_eps)
         v_loss = value_loss(value, mb.value, targets, cfg.clip_eps, cfg.clip_value)
         entropy = pi.entropy().mean()
@@ -262,9 +275,35 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
+    def chunk(data):
+        """Split a minibatch into ``grad_chunks`` equal parts along a new axis 0."""
+        rollout, adv, targets, carries = data
+        if cfg.recurrent:  # sequences [T, B, ...], carries [B, ...]
+            seq = lambda x: x.reshape(x.shape[0], grad_chunks, -1, *x.shape[2:]).swapaxes(0, 1)
+            flat = lambda x: x.reshape(grad_chunks, -1, *x.shape[1:])
+            return (*jax.tree.map(seq, (rollout, adv, targets)), jax.tree.map(flat, carries))
+        return jax.tree.map(lambda x: x.reshape(grad_chunks, -1, *x.shape[1:]), data)
+
+    def minibatch_grad(params, mb):
+        """Loss gradient over one minibatch, accumulated chunk by chunk. Every loss term
+        is a mean over equal-size chunks, so the mean of chunk gradients is exact."""
+        rollout, adv, targets, carries = mb
+        if cfg.normalize_advantages:
+            adv = normalize(adv)  # minibatch statistics, as without chunks
+        if grad_chunks == 1:
+            (_, stats), grads = grad_fn(params, rollout, adv, targets, carries)
+            return grads, stats
+
+        def one_chunk(_, part):
+            (_, stats), grads = grad_fn(params, *part)
+            return None, (grads, stats)
+
+        _, (grads, stats) = jax.lax.scan(one_chunk, None, chunk((rollout, adv, targets, carries)))
+        return jax.tree.map(lambda x: x.mean(axis=0), (grads, stats))
+
     def sgd_step(carry, mb):
         params, opt_state = carry
-        (_, stats), grads = grad_fn(params, *mb)
+        grads, stats = minibatch_grad(params, mb)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         stats["grad_norm"] = optax.tree.norm(grads)
@@ -272,7 +311,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
 
     def minibatches(rng, data):
         """Shuffle the batch and split it into ``num_minibatches`` along a new axis 0."""
-        perm = jax.random.permutation(rng, batch_units)
+        perm = feistel_permutation(rng, batch_units)
         if cfg.recurrent:
             # Whole sequences: shuffle and split the env axis of [T, E, ...]; carries [E, ...].
             rollout, adv, targets, carries = data

@@ -99,8 +99,9 @@ class PPOConfig:
     agent_ids: bool = True
     normalize_advantages: bool = True
     # Agent-rows per gradient chunk: each minibatch's gradient is accumulated over
-    # chunks of about this size (same gradient; activations stay in cache, ~2x faster
-    # on CPU). 0 = the whole minibatch at once.
+    # chunks of about this size: the same gradient, but activations stay in cache (a
+    # 98k-row forward+backward of the 64-64 actor-critic: 143 -> 73 ms on a 2-core CPU).
+    # 0 = the whole minibatch at once.
     grad_chunk_rows: int = 8192
 
 

@@ -96,9 +96,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
     num_updates = int(cfg.total_timesteps) // (T * E)
     batch_units = E if cfg.recurrent else T * E
     mb_units = batch_units // cfg.num_minibatches
-    grad_chunks = num_grad_chunks(
-        mb_units, n * (T if cfg.recurrent else 1), int(getattr(cfg, "grad_chunk_rows", 0))
-    )
+    grad_chunks = num_grad_chunks(mb_units, n * (T if cfg.recurrent else 1), cfg.grad_chunk_rows)
     hidden = tuple(cfg.hidden_sizes)
     activation = str(getattr(cfg.activation, "value", cfg.activation))
     sharing = str(getattr(cfg.param_sharing, "value", cfg.param_sharing))
@@ -275,14 +273,16 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def chunk(data):
-        """Split a minibatch into ``grad_chunks`` equal parts along a new axis 0."""
-        rollout, adv, targets, carries = data
-        if cfg.recurrent:  # sequences [T, B, ...], carries [B, ...]
-            seq = lambda x: x.reshape(x.shape[0], grad_chunks, -1, *x.shape[2:]).swapaxes(0, 1)
-            flat = lambda x: x.reshape(grad_chunks, -1, *x.shape[1:])
+    def split_units(data, parts: int):
+        """Split ``(rollout, adv, targets, carries)`` into ``parts`` equal pieces of
+        units (env axis 1 of sequences and axis 0 of carries when recurrent, axis 0 of
+        flat cells otherwise), stacked along a new axis 0."""
+        if cfg.recurrent:
+            rollout, adv, targets, carries = data
+            seq = lambda x: x.reshape(x.shape[0], parts, -1, *x.shape[2:]).swapaxes(0, 1)
+            flat = lambda x: x.reshape(parts, -1, *x.shape[1:])
             return (*jax.tree.map(seq, (rollout, adv, targets)), jax.tree.map(flat, carries))
-        return jax.tree.map(lambda x: x.reshape(grad_chunks, -1, *x.shape[1:]), data)
+        return jax.tree.map(lambda x: x.reshape(parts, -1, *x.shape[1:]), data)
 
     def minibatch_grad(params, mb):
         """Loss gradient over one minibatch, accumulated chunk by chunk. Every loss term
@@ -298,7 +298,9 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             (_, stats), grads = grad_fn(params, *part)
             return None, (grads, stats)
 
-        _, (grads, stats) = jax.lax.scan(one_chunk, None, chunk((rollout, adv, targets, carries)))
+        _, (grads, stats) = jax.lax.scan(
+            one_chunk, None, split_units((rollout, adv, targets, carries), grad_chunks)
+        )
         return jax.tree.map(lambda x: x.mean(axis=0), (grads, stats))
 
     def sgd_step(carry, mb):
@@ -312,26 +314,16 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
     def minibatches(rng, data):
         """Shuffle the batch and split it into ``num_minibatches`` along a new axis 0."""
         perm = feistel_permutation(rng, batch_units)
-        if cfg.recurrent:
-            # Whole sequences: shuffle and split the env axis of [T, E, ...]; carries [E, ...].
+        if cfg.recurrent:  # whole sequences: shuffle the env axis of [T, E, ...], carries [E, ...]
             rollout, adv, targets, carries = data
-            split_seq = lambda x: (
-                jnp.take(x, perm, axis=1)
-                .reshape(x.shape[0], cfg.num_minibatches, mb_units, *x.shape[2:])
-                .swapaxes(0, 1)
+            shuffled = (
+                *jax.tree.map(lambda x: jnp.take(x, perm, axis=1), (rollout, adv, targets)),
+                jax.tree.map(lambda x: jnp.take(x, perm, axis=0), carries),
             )
-            split_env = lambda x: jnp.take(x, perm, axis=0).reshape(
-                cfg.num_minibatches, mb_units, *x.shape[1:]
-            )
-            return (
-                *jax.tree.map(split_seq, (rollout, adv, targets)),
-                jax.tree.map(split_env, carries),
-            )
-        # (t, e) cells of [T, E, ...], all agents of a cell together.
-        split_cells = lambda x: jnp.take(
-            x.reshape(batch_units, *x.shape[2:]), perm, axis=0
-        ).reshape(cfg.num_minibatches, mb_units, *x.shape[2:])
-        return jax.tree.map(split_cells, data)
+        else:  # (t, e) cells of [T, E, ...], all agents of a cell together
+            cells = lambda x: jnp.take(x.reshape(batch_units, *x.shape[2:]), perm, axis=0)
+            shuffled = jax.tree.map(cells, data)
+        return split_units(shuffled, cfg.num_minibatches)
 
     # ---- one update ------------------------------------------------------------------
     def update(s: PPOState) -> tuple[PPOState, dict]:

@@ -1,0 +1,82 @@
+"""Build a backend from configuration: ``make_backend("gemma", store="runs/x/labels.sqlite")``.
+
+The method recipes call this with their config's ``lm`` section, so switching a run from
+the scripted teacher to Gemma or to an HTTP endpoint is one key, and every backend comes
+back wrapped by the label store when a store is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jaxmarl_llm.lm.backend import Backend
+from jaxmarl_llm.lm.scripted import ScriptedBackend, agent_ranking_teacher, pair_choice_teacher
+from jaxmarl_llm.lm.store import CachedBackend, LabelStore
+from jaxmarl_llm.lm.teachers import TeacherNoise
+
+# Scripted teachers by name: (noise) -> answer function. Method issues add their own.
+TEACHERS: dict[str, Callable[[TeacherNoise], Any]] = {
+    "pair_choice": lambda noise: pair_choice_teacher(noise, style="digit"),
+    "pair_choice_hash": lambda noise: pair_choice_teacher(noise, style="hash"),
+    "agent_ranking": agent_ranking_teacher,
+}
+
+BACKEND_KINDS = ("scripted", "gemma", "http")
+
+
+def _scripted(teacher: str = "pair_choice", noise: Mapping[str, float] | None = None) -> Backend:
+    if teacher not in TEACHERS:
+        raise ValueError(f"unknown scripted teacher {teacher!r}; valid: {sorted(TEACHERS)}")
+    fields = set(TeacherNoise.__dataclass_fields__)
+    unknown = set(noise or {}) - fields
+    if unknown:
+        raise ValueError(f"unknown teacher noise keys {sorted(unknown)}; valid: {sorted(fields)}")
+    return ScriptedBackend(teacher, TEACHERS[teacher](TeacherNoise(**(noise or {})).validate()))
+
+
+def _gemma(**kwargs) -> Backend:
+    try:
+        from jaxmarl_llm.lm.gemma import GemmaBackend
+    except ImportError as e:
+        raise ImportError(
+            f"the gemma backend needs the [llm] extra ({e}); run: pip install -e '.[llm]'"
+        ) from e
+    return GemmaBackend(**kwargs)
+
+
+def _http(**kwargs) -> Backend:
+    try:
+        from jaxmarl_llm.lm.http import OpenAICompatibleBackend
+    except ImportError as e:
+        raise ImportError(
+            f"the http backend needs the [llm] extra ({e}); run: pip install -e '.[llm]'"
+        ) from e
+    return OpenAICompatibleBackend(**kwargs)
+
+
+_BUILDERS = {"scripted": _scripted, "gemma": _gemma, "http": _http}
+
+
+def make_backend(
+    kind: str,
+    *,
+    store: str | Path | LabelStore | None = None,
+    cache_mode: str = "use",
+    **kwargs: Any,
+) -> Backend:
+    """A backend of ``kind`` (``scripted`` | ``gemma`` | ``http``), cached in ``store``."""
+    if kind not in _BUILDERS:
+        raise ValueError(f"unknown language-model backend {kind!r}; valid: {list(BACKEND_KINDS)}")
+    try:
+        backend = _BUILDERS[kind](**kwargs)
+    except TypeError as e:
+        raise ValueError(f"bad options for the {kind!r} backend: {e}") from e
+    if store is None:
+        if cache_mode == "replay":
+            raise ValueError("cache_mode='replay' needs a label store (store=PATH)")
+        return backend
+    if not isinstance(store, LabelStore):
+        store = LabelStore(store)
+    return CachedBackend(backend, store, mode=cache_mode)

@@ -140,3 +140,33 @@ def rankings_to_pair_arrays(
         )
         valid[k] = off_diag
     return label, valid
+
+
+def rank_pair(
+    backend: Backend,
+    prompts_ab: Sequence[str],
+    prompts_ba: Sequence[str],
+    choices: tuple[str, str] = ("1", "2"),
+) -> np.ndarray:
+    """P(item A preferred over item B) ``[P]`` from answer log-probabilities, both orders.
+
+    For backends that can ``score`` (a local model, or a cached one). ``prompts_ab[i]``
+    shows A first and asks for ``choices[0]`` (first better) or ``choices[1]``;
+    ``prompts_ba[i]`` is the same question with the items swapped. With ``l_ab = log p(c0 |
+    ab) - log p(c1 | ab)`` and ``l_ba`` likewise, a preference ``s`` for A plus a bias ``b``
+    towards the first slot gives ``l_ab = s + b`` and ``l_ba = -s + b``, so
+    ``sigmoid((l_ab - l_ba) / 2)`` cancels ``b`` exactly under that additive model, and is
+    0.5 for a model that answers by position only. Small base models lean hard on position,
+    which is why a single order is not used.
+    """
+    prompts_ab, prompts_ba = list(prompts_ab), list(prompts_ba)
+    if len(prompts_ab) != len(prompts_ba):
+        raise ValueError(
+            f"rank_pair: {len(prompts_ab)} prompts in A-B order but {len(prompts_ba)} in B-A order"
+        )
+    n = len(prompts_ab)
+    scores = np.asarray(
+        backend.score(prompts_ab + prompts_ba, [list(choices)] * (2 * n)), np.float64
+    )
+    logit = scores[:, 0] - scores[:, 1]
+    return 1.0 / (1.0 + np.exp(-(logit[:n] - logit[n:]) / 2.0))

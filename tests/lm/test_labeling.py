@@ -11,6 +11,7 @@ from jaxmarl_llm.lm.labeling import (
     LabelingPolicy,
     ask,
     choices_to_arrays,
+    rank_pair,
     rankings_to_pair_arrays,
     repeated_choices_to_confidence,
     retry_request,
@@ -141,3 +142,33 @@ def test_rendered_template_labels_with_payload_in_the_cache_identity():
     r2 = Request(prompt, payload={"value_a": 0.0, "value_b": 1.0})
     assert backend.cache_identity(r1) != backend.cache_identity(r2)
     assert [c.text for c in backend.generate([r1, r2])] == ["1", "2"]
+
+
+class PositionBiased(Backend):
+    """Log-odds for "first" = preference for the shown-first item + a bias of 3 nats."""
+
+    kind = "biased"
+    model = "b"
+
+    def generate(self, requests, on_result=None):
+        raise NotImplementedError
+
+    def score(self, prompts, candidates):
+        out = []
+        for p in prompts:
+            first, second = (float(x) for x in p.split())
+            out.append([0.5 * (first - second) + 3.0, 0.0])
+        return out
+
+
+def test_rank_pair_cancels_position_bias(tmp_path):
+    a = np.array([0.0, 1.0, 2.0])
+    b = np.array([1.0, 1.0, 0.0])
+    ab = [f"{x} {y}" for x, y in zip(a, b, strict=True)]
+    ba = [f"{y} {x}" for x, y in zip(a, b, strict=True)]
+    with LabelStore(tmp_path / "s.sqlite") as store:
+        p = rank_pair(CachedBackend(PositionBiased(), store), ab, ba)
+        assert len(store) == 5  # the tied pair reads the same in both orders: asked once
+    np.testing.assert_allclose(p, 1 / (1 + np.exp(-(a - b) / 2)))
+    with pytest.raises(ValueError, match="3 prompts in A-B order but 2"):
+        rank_pair(PositionBiased(), ab, ba[:2])

@@ -1,0 +1,194 @@
+"""Gemma 3 text model in Flax (linen), with a KV cache and position-based masking.
+
+Architecture (Gemma 3, as in the reference PyTorch implementation):
+
+- token embeddings scaled by ``sqrt(d_model)``; the output head is the same matrix (tied);
+- per layer: ``x + post_attn_norm(attn(pre_attn_norm(x)))`` then
+  ``h + post_ffw_norm(mlp(pre_ffw_norm(h)))``, RMSNorms with scale ``1 + w`` (stored
+  pre-added, see :mod:`.weights`);
+- grouped-query attention with RMSNorm on queries and keys, queries scaled by
+  ``query_pre_attn_scalar ** -0.5``, rotate-half RoPE with base 10k on local
+  (sliding-window) layers and 1M on global layers, every ``sliding_window_pattern``-th
+  layer global;
+- GeGLU MLP: ``down(gelu_tanh(gate(x)) * up(x))``.
+
+Layers are stacked and run with ``nn.scan`` (one compiled layer body, fast compiles).
+
+Masking works from *positions*, not slot order: every cache slot remembers the position
+of the token written there (``INVALID_POS`` for padding or unwritten slots) and a query
+at position ``p`` sees slot ``s`` iff ``pos[s] <= p`` (and ``p - pos[s] < window`` on
+local layers). Rows of a batch may therefore be left- or right-padded, and each row's
+positions start at 0 at its first real token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from .weights import GemmaConfig
+
+INVALID_POS = 1 << 30  # position of a slot nobody may attend to
+
+Cache = dict[str, jax.Array]  # k, v: [L, B, S, Hkv, Dh]; pos: [B, S] int32; index: [] int32
+
+
+class RMSNorm(nn.Module):
+    eps: float
+
+    @nn.compact
+    def __call__(self, x):
+        # ``scale`` holds Gemma's ``1 + w`` (llama.cpp's GGUF stores it pre-added).
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (y * scale).astype(x.dtype)
+
+
+def rope_tables(positions: jax.Array, head_dim: int, base: float, scale: float = 1.0):
+    """cos/sin ``[B, T, head_dim]`` for rotate-half RoPE."""
+    inv_freq = 1.0 / (base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    ang = (positions.astype(jnp.float32) / scale)[..., None] * inv_freq
+    ang = jnp.concatenate([ang, ang], axis=-1)
+    return jnp.cos(ang), jnp.sin(ang)
+
+
+def apply_rope(x, cos, sin):
+    """x: ``[B, T, H, D]``; cos/sin: ``[B, T, D]``."""
+    half = x.shape[-1] // 2
+    rot = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, :, None, :] + rot * sin[:, :, None, :]
+
+
+class Attention(nn.Module):
+    cfg: GemmaConfig
+
+    @nn.compact
+    def __call__(self, x, rope, mask, is_global, k_cache, v_cache, index):
+        cfg = self.cfg
+        b, t, _ = x.shape
+        h, kv, dh = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        q = nn.Dense(h * dh, use_bias=False, name="q")(x).reshape(b, t, h, dh)
+        k = nn.Dense(kv * dh, use_bias=False, name="k")(x).reshape(b, t, kv, dh)
+        v = nn.Dense(kv * dh, use_bias=False, name="v")(x).reshape(b, t, kv, dh)
+        q = RMSNorm(cfg.rms_eps, name="q_norm")(q)
+        k = RMSNorm(cfg.rms_eps, name="k_norm")(k)
+        (cos_l, sin_l), (cos_g, sin_g) = rope
+        cos = jnp.where(is_global, cos_g, cos_l)
+        sin = jnp.where(is_global, sin_g, sin_l)
+        q = apply_rope(q, cos, sin) * (cfg.query_pre_attn_scalar**-0.5)
+        k = apply_rope(k, cos, sin)
+        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
+        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
+        mask_local, mask_global = mask
+        m = jnp.where(is_global, mask_global, mask_local)  # [B, T, S]
+        qg = q.reshape(b, t, kv, h // kv, dh)
+        scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_cache.astype(q.dtype))
+        scores = scores.astype(jnp.float32)
+        scores = jnp.where(m[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v_cache.astype(q.dtype))
+        out = out.reshape(b, t, h * dh)
+        return nn.Dense(cfg.d_model, use_bias=False, name="o")(out), k_cache, v_cache
+
+
+class MLP(nn.Module):
+    cfg: GemmaConfig
+
+    @nn.compact
+    def __call__(self, x):
+        gate = nn.Dense(self.cfg.ffn_dim, use_bias=False, name="gate")(x)
+        up = nn.Dense(self.cfg.ffn_dim, use_bias=False, name="up")(x)
+        return nn.Dense(self.cfg.d_model, use_bias=False, name="down")(
+            jax.nn.gelu(gate, approximate=True) * up
+        )
+
+
+class Block(nn.Module):
+    """One decoder layer; scanned over layers (carry: hidden state and shared context)."""
+
+    cfg: GemmaConfig
+
+    @nn.compact
+    def __call__(self, carry, layer_in):
+        x, rope, mask, index = carry
+        is_global, k_cache, v_cache = layer_in
+        eps = self.cfg.rms_eps
+        a, k_cache, v_cache = Attention(self.cfg, name="attn")(
+            RMSNorm(eps, name="pre_attn_norm")(x), rope, mask, is_global, k_cache, v_cache, index
+        )
+        x = x + RMSNorm(eps, name="post_attn_norm")(a)
+        f = MLP(self.cfg, name="mlp")(RMSNorm(eps, name="pre_ffw_norm")(x))
+        x = x + RMSNorm(eps, name="post_ffw_norm")(f)
+        return (x, rope, mask, index), (k_cache, v_cache)
+
+
+class Gemma3(nn.Module):
+    """Gemma 3 decoder. ``__call__`` runs new tokens against (and into) a KV cache.
+
+    Args:
+      tokens: ``[B, T]`` int32 new tokens.
+      positions: ``[B, T]`` int32 positions of the new tokens (0 at each row's first token).
+      valid: ``[B, T]`` bool, False for padding (never attended to).
+      cache: from :func:`init_cache`; the new tokens are written at ``cache["index"]``.
+      return_hidden: return the final-norm hidden states instead of logits.
+
+    Returns ``(logits [B, T, V] float32 or hidden [B, T, D], new_cache)``.
+    """
+
+    cfg: GemmaConfig
+    dtype: Any = jnp.float32
+
+    def setup(self):
+        self.embed = nn.Embed(self.cfg.vocab_size, self.cfg.d_model, name="embed")
+        self.layers = nn.scan(
+            Block,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=0,
+            out_axes=0,
+            length=self.cfg.n_layers,
+        )(self.cfg, name="layers")
+        self.final_norm = RMSNorm(self.cfg.rms_eps, name="final_norm")
+
+    def __call__(self, tokens, positions, valid, cache: Cache, return_hidden: bool = False):
+        cfg = self.cfg
+        index = cache["index"]
+        x = self.embed(tokens).astype(self.dtype) * jnp.asarray(cfg.d_model**0.5, self.dtype)
+        new_pos = jnp.where(valid, positions, INVALID_POS).astype(jnp.int32)
+        slot_pos = jax.lax.dynamic_update_slice(cache["pos"], new_pos, (0, index))
+        qp = positions[:, :, None]
+        kp = slot_pos[:, None, :]
+        causal = (kp <= qp) & (kp != INVALID_POS)
+        mask = (causal & (qp - kp < cfg.sliding_window), causal)
+        rope = (
+            rope_tables(positions, cfg.head_dim, cfg.rope_local_base),
+            rope_tables(positions, cfg.head_dim, cfg.rope_global_base, cfg.rope_global_scale),
+        )
+        is_global = jnp.asarray(cfg.global_layers)
+        (x, *_), (k, v) = self.layers((x, rope, mask, index), (is_global, cache["k"], cache["v"]))
+        x = self.final_norm(x)
+        new_cache = {"k": k, "v": v, "pos": slot_pos, "index": index + tokens.shape[1]}
+        if return_hidden:
+            return x, new_cache
+        return self.logits(x), new_cache
+
+    def logits(self, hidden):
+        out = self.embed.attend(hidden.astype(self.dtype)).astype(jnp.float32)
+        if self.cfg.final_logit_softcap:
+            c = self.cfg.final_logit_softcap
+            out = jnp.tanh(out / c) * c
+        return out
+
+
+def init_cache(cfg: GemmaConfig, batch: int, length: int, dtype=jnp.float32) -> Cache:
+    shape = (cfg.n_layers, batch, length, cfg.n_kv_heads, cfg.head_dim)
+    return {
+        "k": jnp.zeros(shape, dtype),
+        "v": jnp.zeros(shape, dtype),
+        "pos": jnp.full((batch, length), INVALID_POS, jnp.int32),
+        "index": jnp.zeros((), jnp.int32),
+    }

@@ -1,0 +1,39 @@
+"""The preference benchmark scripts run (tiny settings) and print their JSON fields."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"benchmarks_{name}"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_preference_training_json(capfd):
+    argv = ["--pairs", "300", "--dim", "4", "--hidden", "8", "--ensemble", "2", "--steps", "20",
+            "--batch", "32", "--repeats", "1", "--json"]  # fmt: skip
+    out = _load("preference_training").main(argv)
+    printed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert printed == out
+    for key in ("compile_s", "train_s", "steps_per_s", "final_loss", "heldout_ranking_accuracy"):
+        assert key in printed, key
+    assert printed["train_s"] > 0
+
+
+def test_preference_synthetic_json(capfd):
+    argv = ["--pairs", "200", "--test-states", "50", "--seeds", "2", "--hidden", "8",
+            "--steps", "20", "--batch", "32", "--accuracies", "0.8", "--queries", "2",
+            "--json"]  # fmt: skip
+    out = _load("preference_synthetic").main(argv)
+    printed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert printed["results"] == out["results"]
+    assert [(r["teacher_accuracy"], r["queries"]) for r in printed["results"]] == [(0.8, 2)]
+    for r in printed["results"]:
+        assert 0.0 <= r["ranking_accuracy_mean"] <= 1.0 and len(r["per_seed"]) == 2

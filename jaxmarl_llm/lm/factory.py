@@ -7,6 +7,7 @@ back wrapped by the label store when a store is given.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,27 +37,26 @@ def _scripted(teacher: str = "pair_choice", noise: Mapping[str, float] | None = 
     return ScriptedBackend(teacher, TEACHERS[teacher](TeacherNoise(**(noise or {})).validate()))
 
 
-def _gemma(**kwargs) -> Backend:
-    try:
-        from jaxmarl_llm.lm.gemma import GemmaBackend
-    except ImportError as e:
-        raise ImportError(
-            f"the gemma backend needs the [llm] extra ({e}); run: pip install -e '.[llm]'"
-        ) from e
-    return GemmaBackend(**kwargs)
+def _needs_extra(module: str, cls: str) -> Callable[..., Backend]:
+    """A builder importing ``module.cls`` on use, naming the extra if it is missing."""
+
+    def build(**kwargs) -> Backend:
+        try:
+            backend_cls = getattr(importlib.import_module(module), cls)
+        except ImportError as e:
+            raise ImportError(
+                f"{cls} needs the [llm] extra ({e}); run: pip install -e '.[llm]'"
+            ) from e
+        return backend_cls(**kwargs)
+
+    return build
 
 
-def _http(**kwargs) -> Backend:
-    try:
-        from jaxmarl_llm.lm.http import OpenAICompatibleBackend
-    except ImportError as e:
-        raise ImportError(
-            f"the http backend needs the [llm] extra ({e}); run: pip install -e '.[llm]'"
-        ) from e
-    return OpenAICompatibleBackend(**kwargs)
-
-
-_BUILDERS = {"scripted": _scripted, "gemma": _gemma, "http": _http}
+_BUILDERS = {
+    "scripted": _scripted,
+    "gemma": _needs_extra("jaxmarl_llm.lm.gemma", "GemmaBackend"),
+    "http": _needs_extra("jaxmarl_llm.lm.http", "OpenAICompatibleBackend"),
+}
 
 
 def make_backend(

@@ -11,3 +11,20 @@ def pytest_addoption(parser):
         help="run the full (compiled) env conformance check on every registered env, not "
         "only on one representative per env implementation",
     )
+
+
+# ----- one persistent XLA compilation cache for the test session ---------------------------
+# Many tests compile the same program (the tiny runner configs, the same learner under
+# several checks); the xdist workers share this on-disk cache, so each program compiles
+# once per run. Keys are HLO + jax version + flags, so a stale entry is never wrong.
+
+
+def pytest_configure(config):
+    import os
+
+    import jax
+
+    cache = os.environ.get("JAXMARL_TEST_XLA_CACHE") or str(config.rootpath / ".xla_test_cache")
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

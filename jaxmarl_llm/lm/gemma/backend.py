@@ -18,6 +18,7 @@ tests use to show that a new prompt length inside a bucket does not recompile.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import time
@@ -26,7 +27,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..backend import Backend, BackendError, Completion, Request
-from .weights import INSTALL_HINT, GemmaConfig, GemmaWeightsError, load_weights, unflatten
+from .weights import (
+    INSTALL_HINT,
+    GemmaConfig,
+    GemmaWeightsError,
+    cache_lock,
+    load_weights,
+    unflatten,
+)
 
 
 def _next_pow2(n: int, lo: int = 1) -> int:
@@ -65,14 +73,15 @@ class GemmaBackend(Backend):
         from .tokenizer import GemmaTokenizer
 
         t0 = time.perf_counter()
-        w = load_weights(gguf_path, use_cache=use_cache)
+        with cache_lock() if use_cache else contextlib.nullcontext():
+            w = load_weights(gguf_path, use_cache=use_cache)
+            self.tokenizer = GemmaTokenizer.from_gguf(
+                w.gguf_path, bos_id=w.config.bos_id, eos_id=w.config.eos_id, pad_id=w.config.pad_id
+            )
         self.config: GemmaConfig = w.config
         self.gguf_path = w.gguf_path
         self.weights_from_cache = w.from_cache
         self.weights_sha256 = w.sha256
-        self.tokenizer = GemmaTokenizer.from_gguf(
-            w.gguf_path, bos_id=w.config.bos_id, eos_id=w.config.eos_id, pad_id=w.config.pad_id
-        )
         self.params = jax.tree.map(jnp.asarray, unflatten(w.arrays))
         del w
         self.load_seconds = time.perf_counter() - t0

@@ -22,6 +22,7 @@ GGUF conventions handled here:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -145,6 +146,30 @@ def cache_dir() -> pathlib.Path:
     return (
         pathlib.Path(root).expanduser() if root else pathlib.Path.home() / ".cache" / "jaxmarl_llm"
     )
+
+
+@contextlib.contextmanager
+def cache_lock():
+    """Hold the cache's file lock: the first process dequantizes and builds the tokenizer,
+    others wait and then read its cache instead of repeating a minute of work each."""
+    try:
+        import fcntl
+    except ImportError:  # no POSIX locks (Windows): each process builds its own
+        yield
+        return
+    root = cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = open(root / ".lock", "a")  # noqa: SIM115 - held for the with-block
+    except OSError:  # read-only cache dir: nothing will be written, nothing to guard
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _require_gguf():

@@ -8,7 +8,10 @@ from envs import (
     matrix_game,  # noqa: F401
     mpe,  # noqa: F401  (registers entries)
     overcooked,  # noqa: F401
+    pistonball,  # noqa: F401
     smax,  # noqa: F401
+    two_switch,  # noqa: F401
+    victim_rubble,  # noqa: F401
 )
 from envs.array_env import ArrayEnv, ArrayEnvState, StepResult
 from envs.registry import EnvSpec, UnknownEnvError, make, make_array_env, names, register, spec

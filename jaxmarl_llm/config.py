@@ -164,6 +164,9 @@ class ExperimentConfig:
     progress: bool = True
     plot: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    # configs (names or YAML paths) also run, with this run's seeds, into
+    # <run_dir>/compare/<name>; comparison.png shows every curve together
+    compare_with: list[str] = field(default_factory=list)
 
 
 def resolve_config_path(name_or_path: str) -> Path:
@@ -288,6 +291,7 @@ def _check(cfg: DictConfig) -> None:
             f"bad value for config key 'shaping.name': {cfg.shaping.name!r}; "
             f"valid choices: {', '.join(shaper_names())}"
         )
+    _check_shaping_kwargs(cfg)
     _positive(
         cfg, "num_seeds", "log_every", "checkpoint_every", "algo.total_timesteps", "algo.num_envs"
     )
@@ -314,8 +318,38 @@ def _check(cfg: DictConfig) -> None:
                 "bad value for config keys 'algo.eps_start'/'algo.eps_finish': need "
                 f"0 <= eps_finish <= eps_start <= 1, got {a.eps_start}, {a.eps_finish}"
             )
+    for other in cfg.compare_with:
+        try:
+            resolve_config_path(other)
+        except ConfigError as e:
+            raise ConfigError(f"bad value in config key 'compare_with': {e}") from e
     if cfg.resume is not None and not Path(cfg.resume).is_dir():
         raise ConfigError(f"bad value for config key 'resume': {cfg.resume!r} is not a run folder")
+
+
+def _check_shaping_kwargs(cfg: DictConfig) -> None:
+    """Validate ``shaping.kwargs`` against the shaper's schema and fill in its defaults."""
+    from jaxmarl_llm.shaping.registry import shaper_schema
+
+    schema_type = shaper_schema(cfg.shaping.name)
+    if schema_type is None:
+        return
+    schema = OmegaConf.structured(schema_type)
+    raw = cfg.shaping.kwargs
+    given = OmegaConf.create(OmegaConf.to_container(raw, resolve=True) if raw is not None else {})
+    try:
+        _coerce_integral_floats(schema, given)
+        merged = OmegaConf.merge(schema, given)
+    except OmegaConfBaseException as e:
+        err = _explain(e, schema)
+        raise ConfigError(str(err).replace("config key '", "config key 'shaping.kwargs.")) from e
+    check = getattr(schema_type, "check", None)
+    if check is not None:
+        try:
+            check(OmegaConf.to_object(merged))
+        except ValueError as e:
+            raise ConfigError(f"bad shaping.kwargs for shaper {cfg.shaping.name!r}: {e}") from e
+    cfg.shaping.kwargs = OmegaConf.to_container(merged, resolve=True)
 
 
 def to_yaml(cfg: DictConfig) -> str:

@@ -72,3 +72,16 @@ def plot_run(run_dir: str | Path, metric: str = "episode_return") -> Path | None
         ylabel=metric.replace("_", " "),
         title=label,
     )
+
+
+def plot_runs(
+    run_dirs: dict[str, str | Path], out_path: str | Path, metric: str = "episode_return", title=""
+) -> Path:
+    """Several run folders in one plot (e.g. a method against its baselines)."""
+    runs = {}
+    for label, d in run_dirs.items():
+        header, data = load_metrics(Path(d) / "metrics.csv")
+        cols = seed_columns(header, metric)
+        if cols:
+            runs[label] = (data["env_steps"], np.stack([data[c] for c in cols], axis=1))
+    return plot_curves(runs, out_path, ylabel=metric.replace("_", " "), title=title)

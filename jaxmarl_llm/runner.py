@@ -8,6 +8,8 @@ side runs inside the scan. A run folder holds::
     metrics.csv     one row per update: env steps, per-seed return / win rate, losses, steps/s
     summary.json    final return mean/std over seeds, env steps, wall and compile time
     curve.png       return against env steps, mean and min-max over seeds
+    compare/        runs of ``compare_with`` (baselines) with the same seeds, and
+    comparison.png  every curve in one plot
     checkpoints/    orbax checkpoints of the whole train state (resume=RUN_DIR continues)
 """
 
@@ -30,8 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 import envs
 from jaxmarl_llm.config import ConfigError, to_yaml
 from jaxmarl_llm.learners import make_learner, run_chunk
-from jaxmarl_llm.plotting import plot_run
-from jaxmarl_llm.shaping.registry import build_shaper
+from jaxmarl_llm.plotting import plot_run, plot_runs
+from jaxmarl_llm.shaping.registry import ShaperContext, build_shaper
 
 PER_SEED_METRICS = ("episode_return", "win_rate")
 # Keys a resumed run may change; anything else must match the run being resumed.
@@ -233,7 +235,7 @@ def run_experiment(
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
 
     env = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
-    shaper = build_shaper(cfg.shaping, env)
+    shaper = build_shaper(cfg.shaping, env, ShaperContext(run_dir=run_dir, seed=int(cfg.seed)))
     learner = make_learner(cfg.algo, env, shaper)
     steps_per_update = learner.env_steps_per_update
     total_updates = learner.num_updates
@@ -340,4 +342,39 @@ def run_experiment(
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if cfg.plot:
         plot_run(run_dir)
+    if cfg.compare_with:
+        summary["compare"] = run_comparisons(cfg, run_dir)
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return RunResult(run_dir=run_dir, summary=summary, state=state)
+
+
+def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:
+    """Run (or resume, or reuse) each of ``cfg.compare_with`` with this run's seeds."""
+    from jaxmarl_llm.config import load_config
+
+    dirs = {cfg.name: run_dir}
+    finals = {}
+    for other in cfg.compare_with:
+        out = run_dir / "compare" / Path(other).stem
+        if (out / "summary.json").exists():
+            summary = json.loads((out / "summary.json").read_text())
+        else:
+            overrides = [
+                f"num_seeds={cfg.num_seeds}",
+                f"seed={cfg.seed}",
+                f"progress={cfg.progress}",
+                f"plot={cfg.plot}",
+                "compare_with=[]",
+            ]
+            resumable = (out / "checkpoints").exists() and any((out / "checkpoints").iterdir())
+            overrides.append(f"resume={out}" if resumable else f"out_dir={out}")
+            print(f"comparison: {other} -> {out}")
+            summary = run_experiment(load_config(other, overrides)).summary
+        dirs[summary["name"]] = out
+        finals[str(other)] = {
+            k: summary.get(k)
+            for k in ("name", "algo", "final_return_mean", "final_return_std", "env_steps")
+        }
+    if cfg.plot:
+        plot_runs(dirs, run_dir / "comparison.png", title=f"{cfg.env.name}")
+    return finals

@@ -1,0 +1,207 @@
+"""Reproduce the LCA paper's figures: each variant is a ``run.py`` config (3 seeds vmapped
+in one call); one plot per environment and a markdown table.
+
+    python experiments/lca_figures.py fig3                 # heuristic LCA vs the baselines
+    python experiments/lca_figures.py fig3 --gemma         # + LCA labelled by Gemma 3 270M
+    python experiments/lca_figures.py fig3 --http-url URL --http-model NAME
+    python experiments/lca_figures.py fig4                 # synthetic 70/80% x 1/4 queries
+    python experiments/lca_figures.py fig5                 # Gemma, one vs two queries
+    python experiments/lca_figures.py appendix             # learned reward over an episode
+
+Runs go to ``runs/lca/<figure>/<env>/<variant>`` (a finished variant is reused, a
+stopped one resumed); plots, tables and each run's summary go to
+``experiments/results/lca/``. ``--envs`` picks environments, ``key=value`` overrides
+apply to every variant (e.g. ``num_seeds=5``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ENVS = ("two_switch", "victim_rubble", "pistonball")
+RESULTS = ROOT / "experiments" / "results" / "lca"
+# Paper budgets (Fig. 3): optimum within 250k / 210k / ~20k env steps.
+BUDGET = {"two_switch": 250_000, "victim_rubble": 210_000, "pistonball": 20_000}
+# Language-model labelling is slow on a CPU: fewer pairs than the paper's budgets.
+LM_PAIRS = {"two_switch": 400, "victim_rubble": 400, "pistonball": 250}
+
+
+def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
+    """(label, config, overrides) of every curve of ``figure`` for ``env``."""
+    lca = f"lca_{env}"
+    gemma = [
+        "shaping.kwargs.labeler=backend",
+        "shaping.kwargs.backend=gemma",
+        f"shaping.kwargs.num_pairs={LM_PAIRS[env]}",
+    ]
+    if figure == "fig3":
+        out = [("LCA (heuristic)", lca, [])]
+        if args.gemma:
+            out.append(
+                ("LCA (Gemma 3 270M, scored)", lca, [*gemma, "shaping.kwargs.query_mode=score"])
+            )
+        if args.http_url:
+            out.append(
+                (
+                    f"LCA ({args.http_model})",
+                    lca,
+                    [
+                        "shaping.kwargs.labeler=backend",
+                        "shaping.kwargs.backend=http",
+                        f"shaping.kwargs.backend_options.base_url={args.http_url}",
+                        f"shaping.kwargs.backend_options.model={args.http_model}",
+                        f"shaping.kwargs.num_pairs={LM_PAIRS[env]}",
+                    ],
+                )
+            )
+        out.append(("MAPPO team", f"mappo_{env}", []))
+        if env != "pistonball":
+            out.append(("MAPPO team + individual", f"mappo_{env}_individual", []))
+        out += [("QMIX team", f"qmix_{env}", []), ("VDN team", f"vdn_{env}", [])]
+        return out
+    if figure == "fig4":
+        return [
+            (
+                f"LCA {int(acc * 100)}% x {q} quer{'y' if q == 1 else 'ies'}",
+                lca,
+                [f"shaping.kwargs.accuracy={acc}", f"shaping.kwargs.num_queries={q}"],
+            )
+            for acc in (0.7, 0.8)
+            for q in (1, 4)
+        ]
+    if figure == "fig5":
+        sample = [*gemma, "shaping.kwargs.temperature=0.7"]
+        return [
+            ("LCA Gemma x 1 query", lca, [*sample, "shaping.kwargs.num_queries=1"]),
+            ("LCA Gemma x 2 queries", lca, [*sample, "shaping.kwargs.num_queries=2"]),
+        ]
+    raise ValueError(f"unknown figure {figure!r}")
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label.lower()).strip("_")
+
+
+def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) -> list[dict]:
+    from jaxmarl_llm.config import load_config
+    from jaxmarl_llm.plotting import plot_runs
+    from jaxmarl_llm.runner import run_experiment
+
+    rows = []
+    for env in env_names:
+        dirs = {}
+        for label, config, extra in _variants(figure, env, args):
+            out = ROOT / "runs" / "lca" / figure / env / _slug(label)
+            common = ["compare_with=[]", f"progress={not args.quiet}", *extra, *overrides]
+            if (out / "summary.json").exists():
+                summary = json.loads((out / "summary.json").read_text())
+            else:
+                ckpt = out / "checkpoints"
+                where = (
+                    f"resume={out}" if ckpt.exists() and any(ckpt.iterdir()) else f"out_dir={out}"
+                )
+                print(f"[{figure}/{env}] {label}: {config} {' '.join(extra)}", flush=True)
+                summary = run_experiment(load_config(config, [*common, where])).summary
+            dirs[label] = out
+            lca_report = out / "lca" / "report.json"
+            row = {
+                "figure": figure,
+                "env": env,
+                "variant": label,
+                "command": f"python experiments/run.py {config} {' '.join(extra)}".strip(),
+                "final_return_mean": summary["final_return_mean"],
+                "final_return_std": summary["final_return_std"],
+                "per_seed": summary["final_return_per_seed"],
+                "env_steps": summary["env_steps"],
+                "wall_s": summary["wall_s"],
+                "steps_to_optimum": _steps_to(out, env),
+            }
+            if lca_report.exists():
+                r = json.loads(lca_report.read_text())
+                row["label_accuracy"] = r.get("label_accuracy_vs_heuristic")
+                row["model_accuracy"] = r.get("val_accuracy_vs_heuristic")
+                row["pairs"] = r.get("pairs")
+            rows.append(row)
+            dest = RESULTS / figure / env / _slug(label)
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in ("summary.json", "config.yaml", "curve.png"):
+                if (out / name).exists():
+                    shutil.copy(out / name, dest / name)
+            if lca_report.exists():
+                shutil.copy(lca_report, dest / "lca_report.json")
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        plot_runs(dirs, RESULTS / f"{figure}_{env}.png", title=f"{figure}: {env}")
+    (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
+    (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
+    print(markdown_table(rows))
+    return rows
+
+
+# Returns that count as optimal: near the greedy-heuristic episodes (4.72 on Two-Switch, 6.66
+# on Victim-Rubble, -0.54 for the scripted slope policy on Pistonball).
+OPTIMAL = {"two_switch": 4.5, "victim_rubble": 6.3, "pistonball": -0.8}
+
+
+def _steps_to(run_dir: Path, env: str) -> int | None:
+    """First env step at which the mean return over seeds reaches the env's optimal band."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    header, data = load_metrics(run_dir / "metrics.csv")
+    cols = seed_columns(header, "episode_return")
+    mean = np.nanmean(np.stack([data[c] for c in cols], 1), 1)
+    hit = np.nonzero(mean >= OPTIMAL[env])[0]
+    return int(data["env_steps"][hit[0]]) if hit.size else None
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = (
+        "| env | variant | final return (mean ± std over seeds) | steps to optimal band "
+        "| labels / model acc. | env steps | wall s |\n|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        acc = (
+            f"{r['label_accuracy']:.2f} / {r['model_accuracy']:.2f} ({r['pairs']} pairs)"
+            if r.get("label_accuracy") is not None
+            else ""
+        )
+        steps = f"{r['steps_to_optimum']:,}" if r["steps_to_optimum"] is not None else "not reached"
+        lines.append(
+            f"| {r['env']} | {r['variant']} "
+            f"| {r['final_return_mean']:.2f} ± {r['final_return_std']:.2f} | {steps} | {acc} "
+            f"| {r['env_steps']:,} | {r['wall_s']:.0f} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("figure", choices=["fig3", "fig4", "fig5", "appendix"])
+    p.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
+    p.add_argument("--gemma", action="store_true", help="fig3: add LCA labelled by Gemma 3 270M")
+    p.add_argument("--http-url", default=None, help="fig3: an OpenAI-compatible endpoint")
+    p.add_argument("--http-model", default="model")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("overrides", nargs="*", help="key=value overrides for every variant")
+    args = p.parse_args(argv)
+    if args.figure == "appendix":
+        from experiments.lca_reward_rollout import main as rollout
+
+        return rollout([])
+    run_figure(args.figure, args.envs, args, args.overrides)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

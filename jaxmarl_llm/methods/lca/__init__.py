@@ -1,0 +1,41 @@
+"""LCA: LLM-guided credit assignment with agent-specific rankings and potential rewards.
+
+``shaping.name: lca`` in a config samples sequential state pairs, ranks each from every
+agent's point of view (heuristic teacher, scripted text teacher, Gemma or an
+OpenAI-compatible endpoint), fits one state-scoring model per role with the
+confidence-weighted Bradley-Terry loss, and trains on ``r_i = sigma_i(o'_i) - sigma_i(o_i)``
+(zero for an agent that stays still) added to the team reward, inside the scan.
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from jaxmarl_llm.methods.lca.config import LCAConfig
+from jaxmarl_llm.methods.lca.pipeline import LCAResult, prepare
+from jaxmarl_llm.methods.lca.potential import PotentialParams, potential_rewards, potential_shaper
+from jaxmarl_llm.shaping.registry import register_shaper
+
+
+def _build(kwargs, env, mode, coef, context):
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LCAConfig), kwargs))
+    result = prepare(env, cfg, seed=context.seed, artifact_dir=context.artifact_dir("lca"))
+    r = result.report
+    print(
+        f"LCA: {r['pairs']} pairs ({r['labeler']}), labels {r['label_accuracy_vs_heuristic']:.3f} "
+        f"accurate, model {r['val_accuracy_vs_heuristic']:.3f} on held-out pairs"
+        + (f" (loaded from {r['loaded_from']})" if "loaded_from" in r else "")
+    )
+    return potential_shaper(env.env, result.model, result.params, mode, coef, cfg.gamma)
+
+
+register_shaper("lca", _build, schema=LCAConfig)
+
+__all__ = [
+    "LCAConfig",
+    "LCAResult",
+    "PotentialParams",
+    "potential_rewards",
+    "potential_shaper",
+    "prepare",
+]

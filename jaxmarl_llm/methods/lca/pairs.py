@@ -1,0 +1,86 @@
+"""Sequential state pairs ``(s, a, s')`` for LCA's rankings.
+
+The paper samples sequential state pairs at random. Random play rarely reaches the late
+stages of a task (both switches on, the blocked victim freed), so besides pairs from
+random-policy rollouts (``rollout``) we can start from the env's ``random_state`` and
+take one random step (``uniform``), or mix both halves (``mixed``, the default), so the
+state-scoring model sees every stage of the task.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from envs.array_env import ArrayEnv
+
+
+@struct.dataclass
+class Transitions:
+    state: Any  # env state pytree, leaves [M, ...]
+    actions: jax.Array  # [M, N] int32
+    next_state: Any  # env state pytree (pre-reset), leaves [M, ...]
+
+
+def _concat(a: Transitions, b: Transitions) -> Transitions:
+    return jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b)
+
+
+def _take(t: Transitions, index: jax.Array) -> Transitions:
+    return jax.tree.map(lambda x: x[index], t)
+
+
+def rollout_transitions(env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: int) -> Transitions:
+    """Every step of ``num_envs`` random-policy rollouts of ``steps`` steps ([steps * num_envs])."""
+    k_reset, k_run = jax.random.split(key)
+    _, state = jax.vmap(env.reset)(jax.random.split(k_reset, num_envs))
+
+    def step(state, k):
+        k_act, k_env = jax.random.split(k)
+        avail = jax.vmap(env.avail_actions)(state)
+        actions = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
+        res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
+        return res.state, Transitions(state.env_state, actions, res.terminal_env_state)
+
+    _, traj = jax.lax.scan(step, state, jax.random.split(k_run, steps))
+    return jax.tree.map(lambda x: x.reshape((steps * num_envs, *x.shape[2:])), traj)
+
+
+def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitions:
+    """``num`` random states (``env.env.random_state``), each followed by one random step."""
+    raw = env.env
+    k_state, k_act, k_step = jax.random.split(key, 3)
+    states = jax.vmap(raw.random_state)(jax.random.split(k_state, num))
+    pad_mask = jnp.asarray(env._action_pad_mask)
+    actions = jax.vmap(lambda k: env.random_actions(k, pad_mask))(jax.random.split(k_act, num))
+
+    def one(k, s, a):
+        _, s2, _, _, _ = raw.step_env(k, s, env.unstack_actions(a))
+        return s2
+
+    next_states = jax.vmap(one)(jax.random.split(k_step, num), states, actions)
+    return Transitions(states, actions, next_states)
+
+
+@functools.partial(jax.jit, static_argnames=("env", "num", "source", "num_envs"))
+def sample_transitions(
+    env: ArrayEnv, key: chex.PRNGKey, num: int, source: str = "mixed", num_envs: int = 64
+) -> Transitions:
+    """``num`` sequential state pairs drawn without replacement from ``source``."""
+    k_roll, k_uni, k_pick = jax.random.split(key, 3)
+    num_rollout = {"rollout": num, "uniform": 0, "mixed": num // 2}[source]
+    parts = []
+    if num_rollout:
+        # Twice as many steps as needed, so the picked ones spread over whole episodes.
+        steps = max(2 * num_rollout // num_envs, 1) + 1
+        pool = rollout_transitions(env, k_roll, num_envs, steps)
+        index = jax.random.choice(k_pick, steps * num_envs, (num_rollout,), replace=False)
+        parts.append(_take(pool, index))
+    if num - num_rollout:
+        parts.append(uniform_transitions(env, k_uni, num - num_rollout))
+    return parts[0] if len(parts) == 1 else _concat(*parts)

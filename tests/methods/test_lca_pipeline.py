@@ -1,0 +1,168 @@
+"""LCA on a toy race: pairs, labels, the fitted potential and the shaper inside a learner."""
+
+import json
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from toy_envs import RaceLine
+
+from envs.array_env import ArrayEnv
+from jaxmarl_llm.lm.factory import make_backend
+from jaxmarl_llm.methods.lca import LCAConfig, potential_rewards, prepare
+from jaxmarl_llm.methods.lca.labels import TextQuery, backend_labels, heuristic_labels
+from jaxmarl_llm.methods.lca.pairs import sample_transitions
+from jaxmarl_llm.methods.lca.potential import role_groups
+from jaxmarl_llm.shaping.base import TransitionBatch, shaped_reward
+
+SMALL = dict(num_pairs=600, fit_steps=800, batch_size=128, rollout_envs=8, hidden=[32])
+
+
+def _env(**kw):
+    return ArrayEnv(RaceLine(**kw))
+
+
+def test_sample_transitions_are_sequential_steps():
+    env = _env()
+    t = sample_transitions(env, jax.random.PRNGKey(0), 40, "mixed", 8)
+    chex.assert_shape(t.actions, (40, 2))
+    move = jnp.where(t.actions == 1, -1, jnp.where(t.actions == 2, 1, 0))
+    expect = jnp.clip(t.state.pos + move, 0, env.env.length - 1)
+    np.testing.assert_array_equal(t.next_state.pos, expect)
+    # uniform half reaches cells a random walk from the left half rarely reaches in time
+    assert int(t.state.pos.max()) >= env.env.length - 2
+
+
+@pytest.mark.parametrize("accuracy,queries", [(1.0, 1), (0.7, 1), (0.7, 4)])
+def test_heuristic_labels_follow_the_potential_with_flips(accuracy, queries):
+    env = _env()
+    t = sample_transitions(env, jax.random.PRNGKey(1), 2000, "uniform", 8)
+    conf, count = heuristic_labels(env.env, jax.random.PRNGKey(2), t, accuracy, queries)
+    moved = t.next_state.pos != t.state.pos
+    right = t.next_state.pos > t.state.pos
+    assert bool(jnp.all(count == queries))
+    assert bool(jnp.all(jnp.where(~moved, conf == 0.5, True)))  # equal states: ties
+    decided = moved & (conf != 0.5)
+    acc = float(jnp.where(decided, (conf > 0.5) == right, False).sum() / decided.sum())
+    if queries == 1:
+        assert abs(acc - accuracy) < 0.04
+    else:  # the majority of 4 answers at 70% is right more often than one answer
+        assert acc > 0.8
+
+
+def test_text_labels_through_scripted_backend_match_array_teacher(tmp_path):
+    env = _env(num_agents=2, length=5)
+    t = sample_transitions(env, jax.random.PRNGKey(3), 24, "uniform", 8)
+    backend = make_backend("scripted", store=tmp_path / "labels.sqlite")
+    conf, count, report = backend_labels(env.env, backend, t, TextQuery(), progress=False)
+    # a perfect teacher agrees with the heuristic whatever order the states were shown in
+    expect = np.where(
+        t.next_state.pos > t.state.pos, 1.0, np.where(t.next_state.pos < t.state.pos, 0.0, 0.5)
+    )
+    np.testing.assert_array_equal(conf, expect)
+    assert report.abstained == 0 and (count == 1).all()
+    # replay from the store gives the same labels without the teacher
+    replay = make_backend(
+        "scripted", store=tmp_path / "labels.sqlite", cache_mode="replay", noise={"mistake": 1.0}
+    )
+    conf2, _, _ = backend_labels(env.env, replay, t, TextQuery(), progress=False)
+    np.testing.assert_array_equal(conf2, conf)
+
+
+def test_prepare_learns_a_potential_that_rewards_progress_and_zero_for_noop(tmp_path):
+    env = _env()
+    cfg = LCAConfig(**SMALL)
+    res = prepare(env, cfg, seed=0, artifact_dir=tmp_path, progress=False)
+    assert res.report["val_accuracy_vs_heuristic"] > 0.95
+    assert res.report["label_accuracy_vs_heuristic"] == 1.0
+    state = env.env.random_state(jax.random.PRNGKey(0)).replace(pos=jnp.array([2, 2]))
+    right = state.replace(pos=jnp.array([3, 2]))
+    r = potential_rewards(env.env, res.model, res.params, state, jnp.array([2, 0]), right)
+    assert float(r[0]) > 0 and float(r[1]) == 0.0  # agent 1 stayed still: no reward
+    left = state.replace(pos=jnp.array([1, 2]))
+    r = potential_rewards(env.env, res.model, res.params, state, jnp.array([1, 0]), left)
+    assert float(r[0]) < 0
+    # artifacts reload instead of relabelling and refitting
+    again = prepare(env, cfg, seed=0, artifact_dir=tmp_path, progress=False)
+    assert "loaded_from" in again.report
+    chex.assert_trees_all_close(again.params, res.params)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["pairs"] == 600
+    # a different setting is a different fingerprint: no stale reuse
+    other = prepare(
+        env, LCAConfig(**{**SMALL, "accuracy": 0.8}), seed=0, artifact_dir=tmp_path, progress=False
+    )
+    assert "loaded_from" not in other.report
+
+
+def test_four_queries_at_70_percent_beat_one():
+    env = _env(length=8)
+    acc = {}
+    for q in (1, 4):
+        cfg = LCAConfig(**{**SMALL, "num_pairs": 400, "accuracy": 0.7, "num_queries": q})
+        acc[q] = prepare(env, cfg, seed=1, progress=False).report["val_accuracy_vs_heuristic"]
+    assert acc[4] >= acc[1]
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_shaper_adds_the_potential_reward_over_any_batch_shape(jit):
+    env = _env()
+    res = prepare(env, LCAConfig(**SMALL), seed=0, progress=False)
+    from jaxmarl_llm.methods.lca import potential_shaper
+
+    shaper = potential_shaper(env.env, res.model, res.params)
+    t = sample_transitions(env, jax.random.PRNGKey(5), 12, "uniform", 8)
+    lead = (3, 4)
+    reshape = lambda x: x.reshape((*lead, *x.shape[1:]))  # noqa: E731
+    batch = TransitionBatch(
+        obs=None,
+        actions=reshape(t.actions),
+        next_obs=None,
+        reward=jnp.ones((*lead, 2)),
+        done=jnp.zeros(lead, bool),
+        state=jax.tree.map(reshape, t.state),
+        next_state=jax.tree.map(reshape, t.next_state),
+    )
+
+    def fn(params, batch):
+        return shaped_reward(shaper, params, batch)
+
+    out = (jax.jit(fn) if jit else fn)(shaper.params, batch)
+    chex.assert_shape(out, (*lead, 2))
+    flat = potential_rewards(env.env, res.model, res.params, t.state, t.actions, t.next_state)
+    np.testing.assert_allclose(out.reshape(12, 2), 1.0 + flat, rtol=1e-5, atol=1e-6)
+
+
+def test_roles_give_one_model_per_role():
+    assert role_groups(RaceLine(roles=("a", "a"))) is None
+    assert role_groups(RaceLine(num_agents=3, roles=("g", "o", "g"))) == (0, 1, 0)
+
+
+def test_lca_needs_a_credit_env():
+    from toy_envs import MaskedBandit
+
+    with pytest.raises(ValueError, match="MaskedBandit lacks"):
+        prepare(ArrayEnv(MaskedBandit()), LCAConfig(**SMALL), progress=False)
+
+
+def test_heuristic_potential_shaper_is_the_scaled_heuristic_difference():
+    from jaxmarl_llm.methods.handcrafted import heuristic_potential_shaper
+    from jaxmarl_llm.shaping.base import CombineMode
+
+    env = _env()
+    shaper = heuristic_potential_shaper(env, CombineMode.add, 1.0, scale=0.5)
+    t = sample_transitions(env, jax.random.PRNGKey(6), 32, "uniform", 8)
+    batch = TransitionBatch(
+        obs=None,
+        actions=t.actions,
+        next_obs=None,
+        reward=jnp.zeros((32, 2)),
+        done=jnp.zeros((32,), bool),
+        state=t.state,
+        next_state=t.next_state,
+    )
+    out = jax.jit(lambda p, b: shaper.apply(p, b))(shaper.params, batch)
+    expect = jnp.where(t.actions == 0, 0.0, 0.5 * (t.next_state.pos - t.state.pos))
+    np.testing.assert_allclose(out, expect)

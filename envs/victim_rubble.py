@@ -6,7 +6,10 @@ by standing next to the object, facing it and using ``interact``; the other agen
 stays where it is). Five rooms: Victim1 in Chamber1 can be reached freely; Victim2 lies
 at the end of the corridor Chamber4 (upper right), behind Rubble1 (blocking the only
 passage from Chamber3 into Chamber5) and Rubble2 (blocking the only passage from
-Chamber5 into Chamber4); Rubble3 in Chamber2 blocks nothing. Each agent starts at a
+Chamber5 into Chamber4); Rubble3, in a corner of Chamber3 next to the way to Chamber5,
+blocks nothing (so the orange agent meets it before the blocking ones, the situation
+the paper's sec. 5.2 discusses). Rubble2 can be removed from two cells, so the orange
+agent need not stand in the green agent's way into the corridor. Each agent starts at a
 random cell of a random room among those reachable without removing rubble (Chamber1,
 Chamber2, Chamber3), with random facing. Once every victim is healed and every piece of
 rubble removed, the task is completed when an agent stands at home (Chamber3).
@@ -21,7 +24,7 @@ and rooms (``1``-``5`` Chamber1-5, ``a``/``b``/``c`` doorways)::
     #####H.#.Y#      #####33#55#
     #...#..#..#      #222#33#55#
     #.......X.#      #222b33c55#
-    #Z..#..#..#      #222#33#55#
+    #...#.Z#..#      #222#33#55#
     ###########      ###########
 
 Rewards (see ``envs.gridworld``): every agent gets +1 for each victim healed (twice),
@@ -44,8 +47,8 @@ included) through the current rubble. Removing the harmless Rubble3 early still 
 orange's potential (a unit of progress outweighs any distance).
 
 ``greedy_actions`` (BFS scripted policy; green waits where it is while only the blocked
-victim is left) solves every start; from 40 random starts it took 29.5 steps on average
-against 27.7 (20-31) for the exact joint optimum.
+victim is left) solves every start: 29.7 steps on average (23-42) over 4000 random
+starts, against 25.8 (19-31) for the exact joint optimum over 60 of them.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ LAYOUT = """
 #####H.#.Y#
 #...#..#..#
 #.......X.#
-#Z..#..#..#
+#...#.Z#..#
 ###########
 """
 ROOMS = """

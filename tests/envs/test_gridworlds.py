@@ -277,7 +277,7 @@ def test_home_counts_only_after_all_tasks():
     s1, team, done, *_ = do(vr, s, DOWN, STAY)
     assert xy(env, s1, 0) == (5, 4) and not done and team.tolist() == [0, 0]
     everything = ["Victim1", "Victim2", "Rubble1", "Rubble2"]
-    s = state(env, [((5, 3), "down"), ((2, 7), "left")], flags=everything, step=29)
+    s = state(env, [((5, 3), "down"), ((6, 6), "down")], flags=everything, step=29)
     s1, team, done, ind, _ = do(vr, s, DOWN, INTERACT)  # last rubble and home in one step
     assert done and bool(env.won(s1))
     assert team.tolist() == pytest.approx([1 + 1 + 1 - 30 / 80] * 2)

@@ -49,6 +49,12 @@ orange's potential (a unit of progress outweighs any distance).
 ``greedy_actions`` (BFS scripted policy; green waits where it is while only the blocked
 victim is left) solves every start: 29.7 steps on average (23-42) over 4000 random
 starts, against 25.8 (19-31) for the exact joint optimum over 60 of them.
+
+Learning (CPU, IPPO, 3 seeds, 16 envs, ``num_steps=32``, ``lr=1e-3``,
+``ent_coef=0.05``): with the oracle ``heuristic_potential`` shaper (scale 0.05) the
+return reached 6.54 (99% wins) after 200k env steps and 6.66 (26-step episodes) after
+420k; on the team reward alone it was 2.98 (no wins) after 210k. With ``ent_coef=0.01``
+the policies stopped exploring before the last stage (going home) and stayed near 3.65.
 """
 
 from __future__ import annotations

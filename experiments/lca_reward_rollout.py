@@ -4,11 +4,10 @@ plotted against the sparse team reward.
     python experiments/lca_reward_rollout.py [--run RUN_DIR] [--epsilon 0.2] [--seed 0]
 
 ``RUN_DIR`` is an LCA run folder (its ``lca/`` holds the fitted state-scoring models; by
-default the Fig. 3 heuristic run, trained first if missing). The episode is played by a
-greedy-on-heuristic policy (each agent takes the action that most raises its own
-ranking heuristic, with probability ``epsilon`` a random one, so the plot shows
-rewards for good and bad moves). Writes ``experiments/results/lca/appendix_rollout.png``
-and ``.json``.
+default the Fig. 3 heuristic run, trained first if missing). The episode is played by
+the env's scripted BFS policy (``greedy_actions``), with probability ``epsilon`` a
+random action, so the plot shows rewards for good and bad moves. Writes
+``experiments/results/lca/appendix_rollout.png`` and ``.json``.
 """
 
 from __future__ import annotations
@@ -24,25 +23,16 @@ sys.path.insert(0, str(ROOT))
 DEFAULT_RUN = ROOT / "runs" / "lca" / "fig3" / "victim_rubble" / "lca_heuristic"
 
 
-def greedy_actions(env, state, key, epsilon: float):
-    """Per agent, the action maximizing its own heuristic after a one-agent step."""
+def scripted_actions(env, state, key, epsilon: float):
+    """The env's scripted BFS policy (``greedy_actions``), a random action with prob. epsilon."""
     import jax
     import jax.numpy as jnp
 
     n, a = len(env.agents), env.action_space(env.agents[0]).n
-
-    def value(i, action):
-        acts = jnp.full((n,), env.noop_action, jnp.int32).at[i].set(action)
-        _, nxt, _, _, _ = env.step_env(key, state, {x: acts[j] for j, x in enumerate(env.agents)})
-        return env.heuristic_potential(nxt)[i]
-
-    values = jax.vmap(lambda i: jax.vmap(lambda act: value(i, act))(jnp.arange(a)))(jnp.arange(n))
-    # ties (e.g. waiting) go to the noop, then the lowest index
-    values = values.at[:, env.noop_action].add(1e-3)
-    best = jnp.argmax(values, -1)
-    k_eps, k_rand = jax.random.split(jax.random.fold_in(key, 7))
+    k_eps, k_rand = jax.random.split(key)
     random = jax.random.randint(k_rand, (n,), 0, a)
-    return jnp.where(jax.random.uniform(k_eps, (n,)) < epsilon, random, best).astype(jnp.int32)
+    explore = jax.random.uniform(k_eps, (n,)) < epsilon
+    return jnp.where(explore, random, env.greedy_actions(state)).astype(jnp.int32)
 
 
 def main(argv=None) -> int:
@@ -89,7 +79,7 @@ def main(argv=None) -> int:
     )
     env = aenv.env
 
-    act = jax.jit(lambda s, k: greedy_actions(env, s, k, args.epsilon))
+    act = jax.jit(lambda s, k: scripted_actions(env, s, k, args.epsilon))
     step = jax.jit(lambda k, s, a: env.step_env(k, s, {x: a[i] for i, x in enumerate(env.agents)}))
     reward_fn = jax.jit(
         lambda s, a, s2: potential_rewards(env, result.model, result.params, s, a, s2)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from envs.array_env import ArrayEnv
+from envs.array_env import ArrayEnv, ArrayEnvState
 
 
 @struct.dataclass
@@ -56,8 +56,13 @@ def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitio
     raw = env.env
     k_state, k_act, k_step = jax.random.split(key, 3)
     states = jax.vmap(raw.random_state)(jax.random.split(k_state, num))
-    pad_mask = jnp.asarray(env._action_pad_mask)
-    actions = jax.vmap(lambda k: env.random_actions(k, pad_mask))(jax.random.split(k_act, num))
+
+    def random_actions(k, s):
+        zeros = jnp.zeros((env.num_agents,), jnp.float32)
+        wrapped = ArrayEnvState(env_state=s, episode_return=zeros, episode_length=jnp.int32(0))
+        return env.random_actions(k, env.avail_actions(wrapped))
+
+    actions = jax.vmap(random_actions)(jax.random.split(k_act, num), states)
 
     def one(k, s, a):
         _, s2, _, _, _ = raw.step_env(k, s, env.unstack_actions(a))

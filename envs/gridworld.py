@@ -415,14 +415,17 @@ class GridWorld(MultiAgentEnv):
         self._roles_differ = len(set(self.roles)) > 1
         self.role_names = tuple(dict.fromkeys(self.roles))
         self.num_flags = k + 1
-        self.agent_block = self.num_cells + 6  # one-hot cell, facing, x, y
+        # one-hot cell, facing, x, y, then (dx, dy) to every object and the arrival cell
+        landmarks = np.append(self.obj_cell, self.arrival_cell)
+        self._landmark_xy = np.stack([landmarks % w, landmarks // w], -1).astype(np.float32)
+        self.agent_block = self.num_cells + 6 + 2 * len(landmarks)
         self.feature_dim = (
             2 * self.agent_block
             + self.num_flags
             + (len(self.role_names) if self._roles_differ else 0)
         )
         self.obs_dim = self.feature_dim + 1
-        self.observation_spaces = {a: Box(0.0, 1.0, (self.obs_dim,)) for a in self.agents}
+        self.observation_spaces = {a: Box(-1.0, 1.0, (self.obs_dim,)) for a in self.agents}
         self.action_spaces = {a: Discrete(NUM_ACTIONS) for a in self.agents}
         self._build_render()
 
@@ -545,16 +548,27 @@ class GridWorld(MultiAgentEnv):
     # ----- observations -----------------------------------------------------------------
     @partial(jax.jit, static_argnums=(0,))
     def agent_features(self, state: GridState) -> jax.Array:
-        """``[N, F]`` float32: observation without the time fraction (ego first)."""
+        """``[N, F]`` float32: observation without the time fraction (ego first).
+
+        Besides the one-hot cell, each agent's block holds its coordinates and its offsets
+        to every unfinished object and the arrival cell (zero once an object is done): a
+        state-scoring model fitted on a few thousand ranked pairs generalises from those
+        far better than from the one-hot cell alone (distances to targets are near-linear
+        in them inside a room, and the zeroing tells it which targets are left).
+        """
         cells = jnp.arange(self.num_cells)
-        x = (state.pos % self.width).astype(jnp.float32) / (self.width - 1)
-        y = (state.pos // self.width).astype(jnp.float32) / (self.height - 1)
+        scale = jnp.asarray([self.width - 1, self.height - 1], jnp.float32)
+        xy = jnp.stack([state.pos % self.width, state.pos // self.width], -1).astype(jnp.float32)
+        offsets = (jnp.asarray(self._landmark_xy)[None] - xy[:, None]) / scale  # [N, L, 2]
+        # a finished object (switch on, victim healed, rubble removed) is no target any more
+        pending = jnp.append(~state.flags[: self.num_objects], True).astype(jnp.float32)
+        offsets = offsets * pending[None, :, None]
         per = jnp.concatenate(
             [
                 (state.pos[:, None] == cells).astype(jnp.float32),
                 (state.facing[:, None] == jnp.arange(4)).astype(jnp.float32),
-                x[:, None],
-                y[:, None],
+                xy / scale,
+                offsets.reshape(self.num_agents, -1),
             ],
             axis=-1,
         )  # [N, agent_block]

@@ -116,8 +116,9 @@ def test_registered_with_protocol():
     assert envs.make_array_env("two_switch").num_groups == 1
     assert envs.make_array_env("victim_rubble").agent_groups.tolist() == [0, 1]
     assert envs.spec("two_switch").won_fn is not None
-    assert ts.obs_dim == 2 * (81 + 6) + 4 + 1
-    assert vr.obs_dim == 2 * (99 + 6) + 6 + 2 + 1
+    # per agent: one-hot cell, facing, x, y, (dx, dy) to each object and the arrival cell
+    assert ts.obs_dim == 2 * (81 + 6 + 2 * 4) + 4 + 1
+    assert vr.obs_dim == 2 * (99 + 6 + 2 * 6) + 6 + 2 + 1
 
 
 def test_distance_table_counts_turns():
@@ -383,6 +384,15 @@ def test_agent_features_ego_first(name):
     x0, y0 = env.xy(int(s.pos[0]))
     np.testing.assert_allclose(f[0, hw + 4 : hw + 6], [x0 / (env.width - 1), y0 / (env.height - 1)])
     np.testing.assert_allclose(f[1, block + hw + 4 : block + hw + 6], f[0, hw + 4 : hw + 6])
+    # offsets to the landmarks (objects, then the arrival cell), zero for finished objects
+    cells = [*env.obj_cell.tolist(), env.arrival_cell]
+    pending = [*(~np.asarray(s.flags[: env.num_objects])).tolist(), True]
+    expect = [
+        [(lx - x0) / (env.width - 1), (ly - y0) / (env.height - 1)] if todo else [0.0, 0.0]
+        for (lx, ly), todo in zip(map(env.xy, cells), pending, strict=True)
+    ]
+    np.testing.assert_allclose(f[0, hw + 6 : block].reshape(-1, 2), expect, atol=1e-6)
+    assert np.asarray(s.flags[: env.num_objects]).any() or name == "two_switch"
     swapped = np.asarray(features(name)(s.replace(pos=s.pos[::-1], facing=s.facing[::-1]))[0])
     n_role = 2 if name == "victim_rubble" else 0
     body = slice(0, f.shape[1] - n_role)
@@ -470,13 +480,17 @@ def test_random_state_valid(name):
     assert not flags[:, -1].any()
     for p, f in zip(pos, flags, strict=True):
         free = env.free_cells(f[:-1])
-        assert free[p].all() and env.arrival_cell not in p
+        assert free[p].all()
+        # a Victim-Rubble agent may wait at home while work is left; never once all is done
+        if name == "two_switch" or f[:-1].all():
+            assert env.arrival_cell not in p
     if name == "two_switch":
         np.testing.assert_array_equal(flags[:, 2], flags[:, 0] & flags[:, 1])
         lower = pos // env.width > 5
         assert (~lower | flags[:, 2:3]).all() and lower.any()
     else:
         assert (~flags[:, 1] | (flags[:, 2] & flags[:, 3])).all()
+        assert (pos == env.arrival_cell).any()
     assert len({tuple(f) for f in flags[:, :-1].tolist()}) >= (4 if name == "two_switch" else 10)
     # usable as a state: it steps and has potentials
     nxt, team, *_ = stepper(name)(one, jnp.zeros(2, jnp.int32))

@@ -11,10 +11,15 @@ from jaxmarl_llm.config import ConfigError, build_config
 from jaxmarl_llm.runner import run_experiment
 
 ENV = "test:race_line"
-if ENV not in envs.names():
-    envs.register(
-        envs.EnvSpec(ENV, RaceLine, "toy credit-assignment race", won_fn=lambda e, s: e.won(s))
-    )
+
+
+@pytest.fixture(autouse=True)
+def race_line_registered(monkeypatch):
+    # registered per test, not at import: the registry is global and other test modules
+    # parametrize over envs.names() when they are collected
+    spec = envs.EnvSpec(ENV, RaceLine, "toy credit-assignment race", won_fn=lambda e, s: e.won(s))
+    monkeypatch.setitem(envs.registry._REGISTRY, ENV, spec)
+
 
 ALGO = {
     "name": "ippo",

@@ -166,3 +166,15 @@ def test_heuristic_potential_shaper_is_the_scaled_heuristic_difference():
     out = jax.jit(lambda p, b: shaper.apply(p, b))(shaper.params, batch)
     expect = jnp.where(t.actions == 0, 0.0, 0.5 * (t.next_state.pos - t.state.pos))
     np.testing.assert_allclose(out, expect)
+
+
+def test_rewards_from_uninformative_labels_stay_small():
+    # eq. 4's robustness: rankings at chance give near-flat potentials, and the reward
+    # scale must not blow them back up to the size of an informed model's steps
+    env = _env()
+    step = lambda r: r["scale"] * r["mean_abs_potential_step"]  # noqa: E731
+    clean = prepare(env, LCAConfig(**SMALL), seed=0, progress=False).report
+    chance = prepare(env, LCAConfig(**{**SMALL, "accuracy": 0.5}), seed=0, progress=False).report
+    assert step(clean) == pytest.approx(LCAConfig.step_scale, rel=1e-4)
+    assert chance["mean_abs_potential_step"] < LCAConfig.min_step
+    assert step(chance) < 0.5 * step(clean)

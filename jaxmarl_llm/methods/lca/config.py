@@ -49,6 +49,11 @@ class LCAConfig:
     # reward: r_i = scale * (sigma_i(o'_i) - gamma * ... ); scale makes the mean |r_i| over
     # the labelled moving transitions equal step_scale (0 keeps the raw potential)
     step_scale: float = 0.1
+    # ... but a model whose mean step is below min_step (in logits of the Bradley-Terry
+    # model) is scaled as if it were min_step: a model fitted on uninformative labels has
+    # near-flat potentials, and its rewards should stay near zero (the robustness of
+    # potential-difference rewards to uncertain rankings), not be blown up to step_scale
+    min_step: float = 1.0
     gamma: float = 1.0
 
     @staticmethod
@@ -68,8 +73,8 @@ class LCAConfig:
             raise ValueError(f"accuracy must be in [0, 1], got {cfg.accuracy}")
         if not 0.0 <= cfg.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
-        if cfg.step_scale < 0 or cfg.lr <= 0 or cfg.temperature < 0:
-            raise ValueError("step_scale and temperature must be >= 0 and lr > 0")
+        if cfg.step_scale < 0 or cfg.lr <= 0 or cfg.temperature < 0 or cfg.min_step <= 0:
+            raise ValueError("step_scale and temperature must be >= 0, lr and min_step > 0")
         if cfg.labeler == "backend" and cfg.query_mode == "score" and cfg.num_queries > 1:
             raise ValueError(
                 "query_mode=score gives one deterministic answer per pair; use "

@@ -171,7 +171,7 @@ def fit_potential(
     moving = (t.actions != raw.noop_action).reshape(-1)
     diff = (score_next - score)[moving]
     mean_step = float(jnp.mean(jnp.abs(diff))) if diff.size else 0.0
-    scale = cfg.step_scale / mean_step if cfg.step_scale > 0 and mean_step > 0 else 1.0
+    scale = cfg.step_scale / max(mean_step, cfg.min_step) if cfg.step_scale > 0 else 1.0
     report = {
         "fit_seconds": fit_s,
         "final_loss": float(losses[-50:].mean()),

@@ -37,31 +37,19 @@ def main(argv=None) -> int:
 
     import jax
     import numpy as np
-    from omegaconf import OmegaConf
 
-    import envs
     from envs.credit import map_states
-    from jaxmarl_llm.methods.lca import LCAConfig, prepare
+    from jaxmarl_llm.methods.lca import load_run
 
-    if not (args.run / "config.yaml").exists():
-        print(f"error: {args.run} is not a run folder (no config.yaml)", file=sys.stderr)
+    try:
+        aenv, cfg, res = load_run(args.run)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    cfg = OmegaConf.load(args.run / "config.yaml")
-    if cfg.shaping.name != "lca":
-        print(
-            f"error: {args.run} is not an LCA run (shaping.name={cfg.shaping.name})",
-            file=sys.stderr,
-        )
-        return 2
-    aenv = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs))
     env = aenv.env
     if not hasattr(env, "greedy_actions"):
         print(f"error: {cfg.env.name} has no scripted policy (greedy_actions)", file=sys.stderr)
         return 2
-    lca_cfg = OmegaConf.to_object(
-        OmegaConf.merge(OmegaConf.structured(LCAConfig), cfg.shaping.kwargs)
-    )
-    res = prepare(aenv, lca_cfg, seed=int(cfg.seed), artifact_dir=args.run / "lca", progress=False)
 
     def episode(key):
         _, state = env.reset(key)

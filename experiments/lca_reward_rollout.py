@@ -50,33 +50,19 @@ def main(argv=None) -> int:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from omegaconf import OmegaConf
 
-    import envs
     from jaxmarl_llm.config import load_config
-    from jaxmarl_llm.methods.lca import LCAConfig, potential_rewards, prepare
+    from jaxmarl_llm.methods.lca import load_run, potential_rewards
 
-    if not (args.run / "config.yaml").exists():
-        if args.run != DEFAULT_RUN:
-            print(f"error: {args.run} is not a run folder (no config.yaml)", file=sys.stderr)
-            return 2
+    if args.run == DEFAULT_RUN and not (args.run / "config.yaml").exists():
         from jaxmarl_llm.runner import run_experiment
 
         run_experiment(load_config("lca_victim_rubble", [f"out_dir={args.run}", "compare_with=[]"]))
-    cfg = OmegaConf.load(args.run / "config.yaml")
-    if cfg.shaping.name != "lca":
-        print(
-            f"error: {args.run} is not an LCA run (shaping.name={cfg.shaping.name})",
-            file=sys.stderr,
-        )
+    try:
+        aenv, cfg, result = load_run(args.run)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    aenv = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs))
-    lca_cfg = OmegaConf.to_object(
-        OmegaConf.merge(OmegaConf.structured(LCAConfig), cfg.shaping.kwargs)
-    )
-    result = prepare(
-        aenv, lca_cfg, seed=int(cfg.seed), artifact_dir=args.run / "lca", progress=False
-    )
     env = aenv.env
 
     act = jax.jit(lambda s, k: scripted_actions(env, s, k, args.epsilon))

@@ -9,6 +9,8 @@ confidence-weighted Bradley-Terry loss, and trains on ``r_i = sigma_i(o'_i) - si
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import OmegaConf
 
 from jaxmarl_llm.methods.lca.config import LCAConfig
@@ -17,8 +19,31 @@ from jaxmarl_llm.methods.lca.potential import PotentialParams, potential_rewards
 from jaxmarl_llm.shaping.registry import register_shaper
 
 
+def lca_config(kwargs) -> LCAConfig:
+    """``shaping.kwargs`` of a config as an ``LCAConfig`` (defaults filled in)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LCAConfig), kwargs))
+
+
+def load_run(run_dir: Path):
+    """``(array env, run config, LCAResult)`` of an LCA run folder, its fitted
+    state-scoring models read from ``run_dir/lca`` (fitted there first if missing)."""
+    import envs
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise ValueError(f"{run_dir} is not a run folder (no config.yaml)")
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    if cfg.shaping.name != "lca":
+        raise ValueError(f"{run_dir} is not an LCA run (shaping.name={cfg.shaping.name})")
+    env = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs))
+    result = prepare(
+        env, lca_config(cfg.shaping.kwargs), int(cfg.seed), run_dir / "lca", progress=False
+    )
+    return env, cfg, result
+
+
 def _build(kwargs, env, mode, coef, context):
-    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LCAConfig), kwargs))
+    cfg = lca_config(kwargs)
     result = prepare(env, cfg, seed=context.seed, artifact_dir=context.artifact_dir("lca"))
     r = result.report
     print(
@@ -36,6 +61,8 @@ __all__ = [
     "LCAResult",
     "PotentialParams",
     "potential_rewards",
+    "lca_config",
+    "load_run",
     "potential_shaper",
     "prepare",
 ]

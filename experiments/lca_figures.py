@@ -45,6 +45,8 @@ def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
     ]
     if figure == "fig3":
         out = [("LCA (heuristic)", lca, [])]
+        if (CONFIGS / f"{lca}_scripted_pairs.yaml").exists():
+            out.append(("LCA (heuristic, pairs from scripted play)", f"{lca}_scripted_pairs", []))
         if args.gemma:
             out.append(
                 ("LCA (Gemma 3 270M, scored)", lca, [*gemma, "shaping.kwargs.query_mode=score"])

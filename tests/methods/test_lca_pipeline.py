@@ -178,3 +178,26 @@ def test_rewards_from_uninformative_labels_stay_small():
     assert step(clean) == pytest.approx(LCAConfig.step_scale, rel=1e-4)
     assert chance["mean_abs_potential_step"] < LCAConfig.min_step
     assert step(chance) < 0.5 * step(clean)
+
+
+def test_scripted_pairs_reach_the_late_stages_random_play_misses():
+    import envs
+
+    env = envs.make_array_env("victim_rubble")
+    key = jax.random.PRNGKey(3)
+    scripted = sample_transitions(env, key, 2000, "scripted", 32, 0.3)
+    random = sample_transitions(env, key, 2000, "rollout", 32)
+    chex.assert_shape(scripted.actions, (2000, 2))
+    done = lambda t: np.asarray(t.state.flags[:, :5]).sum(-1)  # noqa: E731
+    # mostly the scripted policy's own moves; with epsilon 0 every move is the policy's
+    assert (done(scripted) >= 3).mean() > 0.3 > (done(random) >= 3).mean()
+    greedy = sample_transitions(env, key, 64, "scripted", 32, 0.0)
+    expect = jax.vmap(env.env.greedy_actions)(greedy.state)
+    np.testing.assert_array_equal(np.asarray(greedy.actions), np.asarray(expect))
+
+
+def test_scripted_pairs_need_a_scripted_policy():
+    with pytest.raises(ValueError, match="pair_source=scripted needs an env with a scripted"):
+        sample_transitions(_env(), jax.random.PRNGKey(0), 16, "scripted", 8)
+    with pytest.raises(ValueError, match="scripted_epsilon"):
+        LCAConfig.check(LCAConfig(scripted_epsilon=1.5))

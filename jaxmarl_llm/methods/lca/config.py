@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LABELERS = ("heuristic", "backend")
-PAIR_SOURCES = ("rollout", "uniform", "mixed")
+PAIR_SOURCES = ("rollout", "uniform", "mixed", "scripted")
 QUERY_MODES = ("generate", "score")
 CACHE_MODES = ("use", "replay")
 
@@ -37,7 +37,10 @@ class LCAConfig:
     num_pairs: int = 4400  # (transition, agent) pairs labelled in total
     num_queries: int = 1  # answers per pair, aggregated into a confidence (eq. 3)
     accuracy: float = 1.0  # heuristic labeler: probability an answer is not flipped
-    pair_source: str = "mixed"  # rollout (random play) | uniform (random states) | mixed
+    # rollout (random play) | uniform (random states) | mixed | scripted (the env's scripted
+    # policy, a random action with probability scripted_epsilon: demonstration-like states)
+    pair_source: str = "mixed"
+    scripted_epsilon: float = 0.3
     rollout_envs: int = 64
     # state-scoring model
     hidden: list[int] = field(default_factory=lambda: [64, 64])
@@ -69,6 +72,8 @@ class LCAConfig:
         for key in ("num_pairs", "num_queries", "rollout_envs", "fit_steps", "batch_size"):
             if getattr(cfg, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(cfg, key)}")
+        if not 0.0 <= cfg.scripted_epsilon <= 1.0:
+            raise ValueError(f"scripted_epsilon must be in [0, 1], got {cfg.scripted_epsilon}")
         if not 0.0 <= cfg.accuracy <= 1.0:
             raise ValueError(f"accuracy must be in [0, 1], got {cfg.accuracy}")
         if not 0.0 <= cfg.val_fraction < 1.0:

@@ -4,7 +4,11 @@ The paper samples sequential state pairs at random. Random play rarely reaches t
 stages of a task (both switches on, the blocked victim freed), so besides pairs from
 random-policy rollouts (``rollout``) we can start from the env's ``random_state`` and
 take one random step (``uniform``), or mix both halves (``mixed``, the default), so the
-state-scoring model sees every stage of the task.
+state-scoring model sees every stage of the task. Random states still cover the states a
+competent team walks through thinly; ``scripted`` plays the env's scripted policy
+(``greedy_actions``) with a random action with probability ``epsilon``, like pairs taken
+from demonstrations: on Victim-Rubble that is what lets the learned potentials guide the
+late stages (experiments/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -51,6 +55,29 @@ def rollout_transitions(env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: 
     return jax.tree.map(lambda x: x.reshape((steps * num_envs, *x.shape[2:])), traj)
 
 
+def scripted_transitions(
+    env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: int, epsilon: float
+) -> Transitions:
+    """Every step of ``num_envs`` rollouts of the env's scripted policy, each agent taking a
+    random legal action with probability ``epsilon`` ([steps * num_envs])."""
+    raw = env.env
+    k_reset, k_run = jax.random.split(key)
+    _, state = jax.vmap(env.reset)(jax.random.split(k_reset, num_envs))
+
+    def step(state, k):
+        k_act, k_eps, k_env = jax.random.split(k, 3)
+        avail = jax.vmap(env.avail_actions)(state)
+        random = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
+        greedy = jax.vmap(raw.greedy_actions)(state.env_state).astype(random.dtype)
+        explore = jax.random.uniform(k_eps, random.shape) < epsilon
+        actions = jnp.where(explore, random, greedy)
+        res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
+        return res.state, Transitions(state.env_state, actions, res.terminal_env_state)
+
+    _, traj = jax.lax.scan(step, state, jax.random.split(k_run, steps))
+    return jax.tree.map(lambda x: x.reshape((steps * num_envs, *x.shape[2:])), traj)
+
+
 def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitions:
     """``num`` random states (``env.env.random_state``), each followed by one random step."""
     raw = env.env
@@ -72,12 +99,27 @@ def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitio
     return Transitions(states, actions, next_states)
 
 
-@functools.partial(jax.jit, static_argnames=("env", "num", "source", "num_envs"))
+@functools.partial(jax.jit, static_argnames=("env", "num", "source", "num_envs", "epsilon"))
 def sample_transitions(
-    env: ArrayEnv, key: chex.PRNGKey, num: int, source: str = "mixed", num_envs: int = 64
+    env: ArrayEnv,
+    key: chex.PRNGKey,
+    num: int,
+    source: str = "mixed",
+    num_envs: int = 64,
+    epsilon: float = 0.3,
 ) -> Transitions:
     """``num`` sequential state pairs drawn without replacement from ``source``."""
     k_roll, k_uni, k_pick = jax.random.split(key, 3)
+    if source == "scripted":
+        if not hasattr(env.env, "greedy_actions"):
+            raise ValueError(
+                f"pair_source=scripted needs an env with a scripted policy (greedy_actions); "
+                f"{type(env.env).__name__} has none: use rollout, uniform or mixed"
+            )
+        steps = max(2 * num // num_envs, 1) + 1
+        pool = scripted_transitions(env, k_roll, num_envs, steps, epsilon)
+        index = jax.random.choice(k_pick, steps * num_envs, (num,), replace=False)
+        return _take(pool, index)
     num_rollout = {"rollout": num, "uniform": 0, "mixed": num // 2}[source]
     parts = []
     if num_rollout:

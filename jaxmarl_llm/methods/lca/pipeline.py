@@ -96,7 +96,9 @@ def collect_labels(
     raw = env.env
     num_transitions = math.ceil(cfg.num_pairs / env.num_agents)
     k_pairs, k_labels = jax.random.split(key)
-    t = sample_transitions(env, k_pairs, num_transitions, cfg.pair_source, cfg.rollout_envs)
+    t = sample_transitions(
+        env, k_pairs, num_transitions, cfg.pair_source, cfg.rollout_envs, cfg.scripted_epsilon
+    )
     info: dict[str, Any] = {"labeler": cfg.labeler, "transitions": num_transitions}
     t0 = time.perf_counter()
     if cfg.labeler == "heuristic":

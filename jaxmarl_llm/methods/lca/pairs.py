@@ -39,8 +39,12 @@ def _take(t: Transitions, index: jax.Array) -> Transitions:
     return jax.tree.map(lambda x: x[index], t)
 
 
-def rollout_transitions(env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: int) -> Transitions:
-    """Every step of ``num_envs`` random-policy rollouts of ``steps`` steps ([steps * num_envs])."""
+def rollout_transitions(
+    env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: int, epsilon: float | None = None
+) -> Transitions:
+    """Every step of ``num_envs`` rollouts of ``steps`` steps ([steps * num_envs]): random
+    play, or with ``epsilon`` the env's scripted policy (``greedy_actions``), each agent
+    taking a random legal action with probability ``epsilon``."""
     k_reset, k_run = jax.random.split(key)
     _, state = jax.vmap(env.reset)(jax.random.split(k_reset, num_envs))
 
@@ -48,29 +52,10 @@ def rollout_transitions(env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: 
         k_act, k_env = jax.random.split(k)
         avail = jax.vmap(env.avail_actions)(state)
         actions = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
-        res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
-        return res.state, Transitions(state.env_state, actions, res.terminal_env_state)
-
-    _, traj = jax.lax.scan(step, state, jax.random.split(k_run, steps))
-    return jax.tree.map(lambda x: x.reshape((steps * num_envs, *x.shape[2:])), traj)
-
-
-def scripted_transitions(
-    env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: int, epsilon: float
-) -> Transitions:
-    """Every step of ``num_envs`` rollouts of the env's scripted policy, each agent taking a
-    random legal action with probability ``epsilon`` ([steps * num_envs])."""
-    raw = env.env
-    k_reset, k_run = jax.random.split(key)
-    _, state = jax.vmap(env.reset)(jax.random.split(k_reset, num_envs))
-
-    def step(state, k):
-        k_act, k_eps, k_env = jax.random.split(k, 3)
-        avail = jax.vmap(env.avail_actions)(state)
-        random = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
-        greedy = jax.vmap(raw.greedy_actions)(state.env_state).astype(random.dtype)
-        explore = jax.random.uniform(k_eps, random.shape) < epsilon
-        actions = jnp.where(explore, random, greedy)
+        if epsilon is not None:
+            greedy = jax.vmap(env.env.greedy_actions)(state.env_state).astype(actions.dtype)
+            explore = jax.random.uniform(jax.random.fold_in(k_act, 1), actions.shape) < epsilon
+            actions = jnp.where(explore, actions, greedy)
         res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
         return res.state, Transitions(state.env_state, actions, res.terminal_env_state)
 
@@ -110,22 +95,18 @@ def sample_transitions(
 ) -> Transitions:
     """``num`` sequential state pairs drawn without replacement from ``source``."""
     k_roll, k_uni, k_pick = jax.random.split(key, 3)
-    if source == "scripted":
-        if not hasattr(env.env, "greedy_actions"):
-            raise ValueError(
-                f"pair_source=scripted needs an env with a scripted policy (greedy_actions); "
-                f"{type(env.env).__name__} has none: use rollout, uniform or mixed"
-            )
-        steps = max(2 * num // num_envs, 1) + 1
-        pool = scripted_transitions(env, k_roll, num_envs, steps, epsilon)
-        index = jax.random.choice(k_pick, steps * num_envs, (num,), replace=False)
-        return _take(pool, index)
-    num_rollout = {"rollout": num, "uniform": 0, "mixed": num // 2}[source]
+    if source == "scripted" and not hasattr(env.env, "greedy_actions"):
+        raise ValueError(
+            f"pair_source=scripted needs an env with a scripted policy (greedy_actions); "
+            f"{type(env.env).__name__} has none: use rollout, uniform or mixed"
+        )
+    num_rollout = {"rollout": num, "scripted": num, "uniform": 0, "mixed": num // 2}[source]
     parts = []
     if num_rollout:
         # Twice as many steps as needed, so the picked ones spread over whole episodes.
         steps = max(2 * num_rollout // num_envs, 1) + 1
-        pool = rollout_transitions(env, k_roll, num_envs, steps)
+        eps = epsilon if source == "scripted" else None
+        pool = rollout_transitions(env, k_roll, num_envs, steps, eps)
         index = jax.random.choice(k_pick, steps * num_envs, (num_rollout,), replace=False)
         parts.append(_take(pool, index))
     if num - num_rollout:

@@ -21,15 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.lca_reward_rollout import scripted_actions  # noqa: E402
-
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--run", type=Path, required=True, help="an LCA run folder")
-    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--episodes", type=int, default=200, help="parallel rollouts of max_steps steps")
     p.add_argument("--epsilon", type=float, default=0.3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "lca")
@@ -38,8 +36,8 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
-    from envs.credit import map_states
     from jaxmarl_llm.methods.lca import load_run
+    from jaxmarl_llm.methods.lca.pairs import both_states, rollout_transitions
 
     try:
         aenv, cfg, res = load_run(args.run)
@@ -51,40 +49,24 @@ def main(argv=None) -> int:
         print(f"error: {cfg.env.name} has no scripted policy (greedy_actions)", file=sys.stderr)
         return 2
 
-    def episode(key):
-        _, state = env.reset(key)
-
-        def step(s, k):
-            k_act, k_env = jax.random.split(k)
-            a = scripted_actions(env, s, k_act, args.epsilon)
-            _, s2, _, _, _ = env.step_env(k_env, s, {x: a[i] for i, x in enumerate(env.agents)})
-            return s2, (s, a, s2)
-
-        return jax.lax.scan(step, state, jax.random.split(key, env.max_steps))[1]
-
-    keys = jax.random.split(jax.random.PRNGKey(args.seed), args.episodes)
-    s, a, s2 = jax.jit(jax.vmap(episode))(keys)
-    flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731
-    s, a, s2 = jax.tree.map(flat, s), flat(a), jax.tree.map(flat, s2)
-    m = a.shape[0]
-    phi, phi2 = (
-        map_states(env.heuristic_potential, s, (m,)),
-        map_states(env.heuristic_potential, s2, (m,)),
+    # every step of `episodes` scripted rollouts (auto-reset: no steps past an episode end)
+    t = rollout_transitions(
+        aenv, jax.random.PRNGKey(args.seed), args.episodes, env.max_steps, args.epsilon
     )
-    f, f2 = map_states(env.agent_features, s, (m,)), map_states(env.agent_features, s2, (m,))
+    phi, phi2 = both_states(env.heuristic_potential, t)
+    f, f2 = both_states(env.agent_features, t)
     sig, sig2 = (
         res.model.apply_agents(res.params.model, f),
         res.model.apply_agents(res.params.model, f2),
     )
-    # steps after the episode ended repeat the terminal state: keep those before it
-    live = ~np.asarray(s.flags[:, -1]) & (np.asarray(s.step) < env.max_steps)
+    s, a = t.state, t.actions
     d, ds = np.asarray(phi2 - phi), np.asarray(sig2 - sig)
     moving = np.asarray(a) != env.noop_action
     done = np.asarray(s.flags[:, : env.num_objects]).sum(-1)
     rows = []
     for i, role in enumerate(env.roles):
         for k in range(env.num_objects + 1):
-            sel = live & moving[:, i] & (d[:, i] != 0) & (done == k)
+            sel = moving[:, i] & (d[:, i] != 0) & (done == k)
             if sel.sum() < 20:
                 continue
             acc = float(((ds[sel, i] > 0) == (d[sel, i] > 0)).mean())

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from envs.credit import CreditAssignmentEnv, map_states
+from envs.credit import CreditAssignmentEnv
 from jaxmarl_llm.lm import templates
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
 from jaxmarl_llm.lm.labeling import (
@@ -35,18 +35,14 @@ from jaxmarl_llm.lm.labeling import (
 )
 from jaxmarl_llm.lm.parsers import parse_pair_choice
 from jaxmarl_llm.lm.teachers import TeacherNoise, repeated_pair_preferences
-from jaxmarl_llm.methods.lca.pairs import Transitions
+from jaxmarl_llm.methods.lca.pairs import Transitions, both_states
 
 TEMPLATE = "lca_pair_ranking"
 
 
 def heuristic_values(env: CreditAssignmentEnv, t: Transitions) -> tuple[jax.Array, jax.Array]:
     """``(phi(s), phi(s'))``, ``[M, N]`` each."""
-    m = t.actions.shape[0]
-    return (
-        map_states(env.heuristic_potential, t.state, (m,)),
-        map_states(env.heuristic_potential, t.next_state, (m,)),
-    )
+    return both_states(env.heuristic_potential, t)
 
 
 def heuristic_labels(

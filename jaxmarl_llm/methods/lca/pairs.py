@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
+from envs.credit import map_states
 
 
 @struct.dataclass
@@ -29,6 +30,13 @@ class Transitions:
     state: Any  # env state pytree, leaves [M, ...]
     actions: jax.Array  # [M, N] int32
     next_state: Any  # env state pytree (pre-reset), leaves [M, ...]
+
+
+def both_states(fn, t: Transitions) -> tuple[Any, Any]:
+    """``(fn(s), fn(s'))`` of every transition (``fn`` of one state, e.g. the env's
+    ``heuristic_potential`` or ``agent_features``), leaves ``[M, ...]``."""
+    m = t.actions.shape[0]
+    return map_states(fn, t.state, (m,)), map_states(fn, t.next_state, (m,))
 
 
 def _concat(a: Transitions, b: Transitions) -> Transitions:

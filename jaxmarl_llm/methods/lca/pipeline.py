@@ -25,7 +25,7 @@ import numpy as np
 from flax import serialization
 
 from envs.array_env import ArrayEnv
-from envs.credit import CreditAssignmentEnv, map_states, require_credit_env
+from envs.credit import CreditAssignmentEnv, require_credit_env
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.lm.labeling import LabelingPolicy
 from jaxmarl_llm.methods.lca.config import LCAConfig
@@ -36,7 +36,7 @@ from jaxmarl_llm.methods.lca.labels import (
     heuristic_values,
     label_accuracy,
 )
-from jaxmarl_llm.methods.lca.pairs import Transitions, sample_transitions
+from jaxmarl_llm.methods.lca.pairs import Transitions, both_states, sample_transitions
 from jaxmarl_llm.methods.lca.potential import PotentialParams, role_groups
 
 ARTIFACT_VERSION = 1
@@ -131,14 +131,6 @@ def collect_labels(
     return t, conf, count, info
 
 
-def _features(env: CreditAssignmentEnv, t: Transitions) -> tuple[jax.Array, jax.Array]:
-    m = t.actions.shape[0]
-    return (
-        map_states(env.agent_features, t.state, (m,)),
-        map_states(env.agent_features, t.next_state, (m,)),
-    )
-
-
 def fit_potential(
     env: ArrayEnv,
     cfg: LCAConfig,
@@ -148,7 +140,7 @@ def fit_potential(
     count: np.ndarray,
 ) -> tuple[prefs.RewardModel, PotentialParams, dict[str, Any]]:
     raw = env.env
-    f, f_next = _features(raw, t)
+    f, f_next = both_states(raw.agent_features, t)
     data = prefs.per_agent_state_pairs(f_next, f, jnp.asarray(conf), valid=jnp.asarray(count) > 0)
     k_split, k_init, k_fit = jax.random.split(key, 3)
     train, val = prefs.train_val_split(k_split, data, cfg.val_fraction)

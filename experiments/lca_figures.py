@@ -47,6 +47,8 @@ def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
         out = [("LCA (heuristic)", lca, [])]
         if (CONFIGS / f"{lca}_scripted_pairs.yaml").exists():
             out.append(("LCA (heuristic, pairs from scripted play)", f"{lca}_scripted_pairs", []))
+        if (CONFIGS / f"{lca}_online.yaml").exists():
+            out.append(("LCA (heuristic, iterative: pairs from own rollouts)", f"{lca}_online", []))
         if args.gemma:
             out.append(
                 ("LCA (Gemma 3 270M, scored)", lca, [*gemma, "shaping.kwargs.query_mode=score"])
@@ -134,6 +136,13 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 row["label_accuracy"] = r.get("label_accuracy_vs_heuristic")
                 row["model_accuracy"] = r.get("val_accuracy_vs_heuristic")
                 row["pairs"] = r.get("pairs")
+            feedback = out / "feedback.json"
+            if feedback.exists():  # iterative LCA: the pairs and model after the last round
+                last = json.loads(feedback.read_text())
+                last = last[max(last, key=int)]
+                row["pairs"] = last["pairs_total_per_seed"]
+                acc = last["val_accuracy_vs_heuristic"]
+                row["model_accuracy"] = sum(acc) / len(acc)
             rows.append(row)
             dest = RESULTS / figure / env / _slug(label)
             dest.mkdir(parents=True, exist_ok=True)
@@ -142,6 +151,8 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                     shutil.copy(out / name, dest / name)
             if lca_report.exists():
                 shutil.copy(lca_report, dest / "lca_report.json")
+            if feedback.exists():
+                shutil.copy(feedback, dest / "feedback.json")
         RESULTS.mkdir(parents=True, exist_ok=True)
         plot_runs(dirs, RESULTS / f"{figure}_{env}.png", title=f"{figure}: {env}")
     # keep the rows of environments not rerun this time

@@ -33,6 +33,7 @@ import envs
 from jaxmarl_llm.config import ConfigError, to_yaml
 from jaxmarl_llm.learners import make_learner, run_chunk
 from jaxmarl_llm.plotting import plot_run, plot_runs
+from jaxmarl_llm.shaping.feedback import check_feedback, due_round
 from jaxmarl_llm.shaping.registry import ShaperContext, build_shaper
 
 PER_SEED_METRICS = ("episode_return", "win_rate")
@@ -240,6 +241,10 @@ def run_experiment(
     steps_per_update = learner.env_steps_per_update
     total_updates = learner.num_updates
     chunk = int(cfg.log_every)
+    feedback = shaper.feedback
+    if feedback is not None and feedback.rounds:
+        check_feedback(feedback, learner, chunk, cfg.algo.name)
+        collect = jax.jit(jax.vmap(learner.collect, in_axes=(0, 0, None)), static_argnums=2)
 
     init = jax.jit(jax.vmap(learner.init))
     chunk_fns: dict[int, Any] = {}
@@ -276,6 +281,7 @@ def run_experiment(
     logger = _Wandb(cfg, run_dir)
     bar = _progress(total_updates * steps_per_update, done_updates * steps_per_update, cfg.progress)
     run_s = 0.0
+    feedback_s = 0.0
     run_steps = 0
     wall0 = time.perf_counter()
     chunks_done = 0
@@ -305,6 +311,11 @@ def run_experiment(
                 postfix["win"] = f"{rows[-1]['win_rate']:.2f}"
             bar.set_postfix(postfix, refresh=False)
             bar.update(n * steps_per_update)
+            round_index = due_round(feedback, done_updates, total_updates)
+            if round_index is not None:
+                t1 = time.perf_counter()
+                state = _feedback_round(cfg, feedback, collect, state, round_index, run_dir)
+                feedback_s += time.perf_counter() - t1
             if chunks_done % cfg.checkpoint_every == 0 or done_updates >= total_updates:
                 mgr.save(done_updates, args=ocp.args.StandardSave(state))
                 mgr.wait_until_finished()
@@ -331,6 +342,7 @@ def run_experiment(
         "wall_s": time.perf_counter() - wall0 + compile_s,
         "compile_s": compile_s,
         "run_s": run_s,
+        "feedback_s": feedback_s,  # online shaper refits between chunks (not in run_s)
         # all seeds together; per-seed throughput is this divided by num_seeds
         "env_steps_per_s": run_steps * cfg.num_seeds / run_s if run_s else None,
         "device": str(jax.devices()[0]),
@@ -346,6 +358,23 @@ def run_experiment(
         summary["compare"] = run_comparisons(cfg, run_dir)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return RunResult(run_dir=run_dir, summary=summary, state=state)
+
+
+def _feedback_round(cfg, feedback, collect, state, round_index: int, run_dir: Path):
+    """Play each seed's policy, let ``feedback`` refit the shaper, put the result in the
+    state; the round's report goes to ``feedback.json`` (by round, so a resumed run that
+    repeats a round replaces its entry)."""
+    keys = jax.random.split(
+        jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 0xFEED + round_index), cfg.num_seeds
+    )
+    batch = collect(state, keys, int(feedback.collect_steps))
+    params, report = feedback.refit(round_index, batch, state.shaper_params)
+    state = state.replace(shaper_params=params)
+    path = run_dir / "feedback.json"
+    rounds = json.loads(path.read_text()) if path.exists() else {}
+    rounds[str(round_index)] = report
+    path.write_text(json.dumps(rounds, indent=2))
+    return state
 
 
 def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:

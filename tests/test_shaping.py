@@ -104,3 +104,18 @@ def test_shaper_params_live_in_train_state():
     _, m1 = update(state.replace(shaper_params=jnp.float32(1.5)))  # host swaps params
     assert float(m0["reward_mean"]) == 0.0
     np.testing.assert_allclose(m1["reward_mean"], 1.5)
+
+
+def test_feedback_rounds_fall_after_every_interval_and_never_at_the_end():
+    from types import SimpleNamespace
+
+    from jaxmarl_llm.shaping.feedback import due_round
+
+    fb = SimpleNamespace(every=4, rounds=2, collect_steps=1)
+    due = {u: due_round(fb, u, total_updates=20) for u in range(21)}
+    assert {u: r for u, r in due.items() if r is not None} == {4: 0, 8: 1}
+    # a last round that would fall on the final update is pointless: no training follows
+    fb_last = SimpleNamespace(every=10, rounds=5, collect_steps=1)
+    assert [due_round(fb_last, u, 20) for u in (10, 20)] == [0, None]
+    assert due_round(None, 4, 20) is None
+    assert due_round(SimpleNamespace(every=4, rounds=0, collect_steps=1), 4, 20) is None

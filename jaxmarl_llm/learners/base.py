@@ -20,6 +20,10 @@ class Learner(NamedTuple):
     update: Callable[[Any], tuple[Any, dict]]  # train state -> (train state, scalar metrics)
     num_updates: int
     env_steps_per_update: int  # summed over parallel envs, not agents
+    # (state, key, steps) -> TransitionBatch [steps, E, ...] of the current policy from the
+    # learner's env states, state and next_state filled; the train state is not changed.
+    # Online feedback (rewards refit during training) needs it; None where not provided.
+    collect: Callable[[Any, jax.Array, int], Any] | None = None
 
     def train(self, rng: jax.Array) -> tuple[Any, dict]:
         """All updates in one scan: ``(final state, metrics stacked over updates)``."""

@@ -204,9 +204,9 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         )
 
     # ---- rollout -------------------------------------------------------------------
-    def rollout_step(carry, _):
-        s, rng = carry
-        rng, r_act, r_env = jax.random.split(rng, 3)
+    def policy_step(s: PPOState, r_act, r_env):
+        """One step of every env under the current policy: ``(next state, rollout
+        record, env step result)``."""
         if cfg.recurrent:
             (ac, cc), logits, value = forward_rnn(
                 s.params,
@@ -223,16 +223,6 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         pi = distrax.Categorical(logits=logits)
         action, log_prob = pi.sample_and_log_prob(seed=r_act)
         res = jax.vmap(env.step)(jax.random.split(r_env, E), s.env_state, action)
-        batch = TransitionBatch(
-            obs=s.obs,
-            actions=action,
-            next_obs=res.terminal_obs,
-            reward=res.reward,
-            done=res.done,
-            state=s.env_state.env_state if "state" in needs else None,
-            next_state=res.terminal_env_state if "next_state" in needs else None,
-        )
-        reward = shaped_reward(shaper, s.shaper_params, batch)
         step = Rollout(
             obs=s.obs,
             world_state=s.world_state,
@@ -240,11 +230,11 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             action=action,
             log_prob=log_prob,
             value=value,
-            reward=reward,
+            reward=res.reward,
             done=res.done,
             reset=s.last_done,
         )
-        s = s.replace(
+        s_next = s.replace(
             env_state=res.state,
             obs=res.obs,
             avail=stored_avail(res.avail_actions),
@@ -253,7 +243,43 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             actor_carry=ac,
             critic_carry=cc,
         )
-        return (s, rng), (step, res.done, res.info)
+        return s_next, step, res
+
+    def rollout_step(carry, _):
+        s, rng = carry
+        rng, r_act, r_env = jax.random.split(rng, 3)
+        s_next, step, res = policy_step(s, r_act, r_env)
+        batch = TransitionBatch(
+            obs=s.obs,
+            actions=step.action,
+            next_obs=res.terminal_obs,
+            reward=res.reward,
+            done=res.done,
+            state=s.env_state.env_state if "state" in needs else None,
+            next_state=res.terminal_env_state if "next_state" in needs else None,
+        )
+        step = step.replace(reward=shaped_reward(shaper, s.shaper_params, batch))
+        return (s_next, rng), (step, res.done, res.info)
+
+    def collect(s: PPOState, key: jax.Array, steps: int) -> TransitionBatch:
+        """``steps`` steps of the current policy from the learner's env states, every
+        field filled (leaves ``[steps, E, ...]``, env reward); ``s`` is left as it was."""
+
+        def one(s, k):
+            r_act, r_env = jax.random.split(k)
+            s_next, step, res = policy_step(s, r_act, r_env)
+            batch = TransitionBatch(
+                obs=s.obs,
+                actions=step.action,
+                next_obs=res.terminal_obs,
+                reward=res.reward,
+                done=res.done,
+                state=s.env_state.env_state,
+                next_state=res.terminal_env_state,
+            )
+            return s_next, batch
+
+        return jax.lax.scan(one, s, jax.random.split(key, steps))[1]
 
     # ---- loss ----------------------------------------------------------------------
     def loss_fn(params, mb: Rollout, adv, targets, carries):
@@ -360,7 +386,13 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         return s, metrics
 
     chex.assert_equal(mb_units * cfg.num_minibatches, batch_units)
-    return Learner(init=init, update=update, num_updates=num_updates, env_steps_per_update=T * E)
+    return Learner(
+        init=init,
+        update=update,
+        num_updates=num_updates,
+        env_steps_per_update=T * E,
+        collect=collect,
+    )
 
 
 def make_train(cfg, env: ArrayEnv, shaper: Shaper):

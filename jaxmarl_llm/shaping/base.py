@@ -61,6 +61,8 @@ class Shaper:
     mode: CombineMode = struct.field(pytree_node=False, default=CombineMode.add)
     coef: float = struct.field(pytree_node=False, default=1.0)
     name: str = struct.field(pytree_node=False, default="shaper")
+    # host-side refit of ``params`` between chunks (shaping/feedback.py); None: fixed
+    feedback: Any = struct.field(pytree_node=False, default=None)
 
     def __post_init__(self):
         unknown = set(self.fields) - set(ALL_FIELDS)

@@ -129,3 +129,33 @@ def test_gradient_chunking_does_not_change_the_update(kw):
     for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p1), strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
     np.testing.assert_allclose(m0["policy_loss"], m1["policy_loss"], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [{}, {"recurrent": True, "gru_hidden_dim": 8}], ids=["ff", "gru"])
+def test_collect_plays_the_current_policy_without_changing_the_state(kw):
+    env = ArrayEnv(MaskedBandit())
+    learner = ppo.make_learner(small_cfg(**kw), env, identity_shaper())
+    state = learner.init(jax.random.PRNGKey(0))
+    before = [np.asarray(x) for x in jax.tree.leaves(state)]
+    collect = jax.jit(learner.collect, static_argnums=2)
+    batch = collect(state, jax.random.PRNGKey(1), 5)
+    e, n = 16, env.num_agents
+    assert batch.actions.shape == (5, e, n) and batch.reward.shape == (5, e, n)
+    assert batch.obs.shape == batch.next_obs.shape == (5, e, n, env.obs_dim)
+    assert batch.done.shape == (5, e)
+    # env states of every step: the first is the learner's, and step t+1 starts where
+    # step t ended unless an episode ended in between (auto-reset)
+    s0 = jax.tree.leaves(batch.state)[0]
+    np.testing.assert_array_equal(s0[0], jax.tree.leaves(state.env_state.env_state)[0])
+    s_next = jax.tree.leaves(batch.next_state)[0]
+    cont = ~np.asarray(batch.done[:-1])
+    np.testing.assert_array_equal(np.asarray(s0[1:])[cont], np.asarray(s_next[:-1])[cont])
+    # the masked action (index 3 of MaskedBandit) is never played
+    assert not np.any(np.asarray(batch.actions) == 3)
+    after = [np.asarray(x) for x in jax.tree.leaves(state)]
+    for a, b in zip(before, after, strict=True):
+        np.testing.assert_array_equal(a, b)
+    again = collect(state, jax.random.PRNGKey(1), 5)
+    np.testing.assert_array_equal(batch.actions, again.actions)
+    other = collect(state, jax.random.PRNGKey(2), 5)
+    assert not np.array_equal(batch.actions, other.actions)

@@ -2,6 +2,8 @@
 
 import json
 
+import jax
+import numpy as np
 import pytest
 import yaml
 from toy_envs import RaceLine
@@ -82,3 +84,78 @@ def test_individual_shaper_needs_an_env_that_has_individual_rewards(tmp_path):
     )
     with pytest.raises(ValueError, match="Pistonball has no simple hand-crafted individual"):
         run_experiment(cfg)
+
+
+ONLINE = {
+    **LCA,
+    "online_rounds": 2,
+    "online_every": 2,
+    "online_pairs": 32,
+    "online_collect_steps": 4,
+    "online_fit_steps": 50,
+}
+
+
+def _online_cfg(path, *over, algo=None):
+    algo = algo or {**ALGO, "total_timesteps": 384}  # 6 updates: rounds after 2 and 4
+    raw = {"name": "race_online", "env": {"name": ENV}, "algo": algo}
+    raw["shaping"] = {"name": "lca", "kwargs": ONLINE}
+    return build_config(
+        raw, [f"out_dir={path}", "num_seeds=2", "log_every=2", "progress=false", *over]
+    )
+
+
+def _leaves(state):
+    return [np.asarray(x) for x in jax.tree.leaves(state)]
+
+
+def test_online_rounds_refit_each_seed_on_its_own_rollouts(tmp_path):
+    result = run_experiment(_online_cfg(tmp_path / "run"))
+    run = result.run_dir
+    rounds = json.loads((run / "feedback.json").read_text())
+    assert sorted(rounds) == ["0", "1"]
+    first = json.loads((run / "lca" / "report.json").read_text())["pairs"]
+    assert rounds["0"]["pairs"] == 2 * 32  # two seeds, 32 (transition, agent) pairs each
+    assert rounds["0"]["pairs_total_per_seed"] == first + 32
+    assert rounds["1"]["pairs_total_per_seed"] == first + 64
+    assert rounds["1"]["label_accuracy_vs_heuristic"] == [1.0, 1.0]
+    for k in (0, 1):
+        assert (run / "lca" / "online" / f"round_{k}.npz").exists()
+    assert result.summary["feedback_s"] > 0
+    # each seed's model was refitted on its own pairs: the seeds' parameters now differ,
+    # and both differ from the model fitted before training
+    model = result.state.shaper_params.model
+    leaf = jax.tree.leaves(model)[0]
+    assert not np.allclose(leaf[0], leaf[1])
+    from jaxmarl_llm.methods.lca import load_run
+
+    _, _, before = load_run(run)
+    assert not np.allclose(leaf[0], jax.tree.leaves(before.params.model)[0])
+
+
+def test_online_rounds_resume_to_the_uninterrupted_result(tmp_path):
+    full = run_experiment(_online_cfg(tmp_path / "full"))
+
+    def kill_after_first_round(updates_done, state, rows):
+        if updates_done == 2:
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        run_experiment(_online_cfg(tmp_path / "killed"), on_chunk=kill_after_first_round)
+    killed = tmp_path / "killed"
+    assert sorted(json.loads((killed / "feedback.json").read_text())) == ["0"]
+    # a new process: round 1 must refit on round 0's pairs read back from disk
+    resumed = run_experiment(_online_cfg(tmp_path / "other", f"resume={killed}"))
+    for a, b in zip(_leaves(full.state), _leaves(resumed.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_online_rounds_are_refused_where_they_cannot_run(tmp_path):
+    qmix = {"name": "qmix", "num_envs": 4, "num_steps": 8, "total_timesteps": 192}
+    with pytest.raises(ValueError, match="algo 'qmix' has no collect"):
+        run_experiment(_online_cfg(tmp_path / "q", algo=qmix))
+    with pytest.raises(ValueError, match="multiple of log_every=4"):
+        run_experiment(_online_cfg(tmp_path / "e", "log_every=4", "shaping.kwargs.online_every=6"))
+    small = ["shaping.kwargs.online_pairs=1000"]
+    with pytest.raises(ValueError, match="online_pairs=1000 needs 500 transitions per seed"):
+        run_experiment(_online_cfg(tmp_path / "p", *small))

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from jaxmarl_llm.methods.lca.config import LCAConfig
+from jaxmarl_llm.methods.lca.online import LCAFeedback
 from jaxmarl_llm.methods.lca.pipeline import LCAResult, prepare
 from jaxmarl_llm.methods.lca.potential import PotentialParams, potential_rewards, potential_shaper
 from jaxmarl_llm.shaping.registry import register_shaper
@@ -51,13 +52,20 @@ def _build(kwargs, env, mode, coef, context):
         f"accurate, model {r['val_accuracy_vs_heuristic']:.3f} on held-out pairs"
         + (f" (loaded from {r['loaded_from']})" if "loaded_from" in r else "")
     )
-    return potential_shaper(env.env, result.model, result.params, mode, coef, cfg.gamma)
+    shaper = potential_shaper(env.env, result.model, result.params, mode, coef, cfg.gamma)
+    if cfg.online_rounds:
+        feedback = LCAFeedback(
+            env, cfg, result.model, result.data, context.seed, context.artifact_dir("lca")
+        )
+        shaper = shaper.replace(feedback=feedback)
+    return shaper
 
 
 register_shaper("lca", _build, schema=LCAConfig)
 
 __all__ = [
     "LCAConfig",
+    "LCAFeedback",
     "LCAResult",
     "PotentialParams",
     "potential_rewards",

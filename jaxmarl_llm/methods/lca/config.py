@@ -58,6 +58,17 @@ class LCAConfig:
     # potential-difference rewards to uncertain rankings), not be blown up to step_scale
     min_step: float = 1.0
     gamma: float = 1.0
+    # Iterative LCA (not in the paper, which ranks one batch of pairs before training):
+    # after every ``online_every`` updates, up to ``online_rounds`` times, each seed's
+    # learner plays ``online_collect_steps`` steps of its current policy, ``online_pairs``
+    # of those transitions' (transition, agent) pairs are ranked like the first batch, and
+    # the seed's model is refitted (``online_fit_steps`` steps, warm) on everything ranked
+    # so far. Pairs then follow the states the team actually reaches.
+    online_rounds: int = 0
+    online_every: int = 50
+    online_pairs: int = 1000
+    online_collect_steps: int = 16
+    online_fit_steps: int = 1000
 
     @staticmethod
     def check(cfg: LCAConfig) -> None:
@@ -69,9 +80,21 @@ class LCAConfig:
         ):
             if getattr(cfg, key) not in valid:
                 raise ValueError(f"{key}={getattr(cfg, key)!r}; valid choices: {', '.join(valid)}")
-        for key in ("num_pairs", "num_queries", "rollout_envs", "fit_steps", "batch_size"):
+        for key in (
+            "num_pairs",
+            "num_queries",
+            "rollout_envs",
+            "fit_steps",
+            "batch_size",
+            "online_every",
+            "online_pairs",
+            "online_collect_steps",
+            "online_fit_steps",
+        ):
             if getattr(cfg, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(cfg, key)}")
+        if cfg.online_rounds < 0:
+            raise ValueError(f"online_rounds must be >= 0, got {cfg.online_rounds}")
         if not 0.0 <= cfg.scripted_epsilon <= 1.0:
             raise ValueError(f"scripted_epsilon must be in [0, 1], got {cfg.scripted_epsilon}")
         if not 0.0 <= cfg.accuracy <= 1.0:

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import serialization
+from flax import serialization, struct
 
 from envs.array_env import ArrayEnv
 from envs.credit import CreditAssignmentEnv, require_credit_env
@@ -39,7 +39,7 @@ from jaxmarl_llm.methods.lca.labels import (
 from jaxmarl_llm.methods.lca.pairs import Transitions, both_states, sample_transitions
 from jaxmarl_llm.methods.lca.potential import PotentialParams, role_groups
 
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2  # 2: pairs.npz holds the features (online rounds refit on them)
 
 
 @dataclasses.dataclass
@@ -47,6 +47,7 @@ class LCAResult:
     model: prefs.RewardModel
     params: PotentialParams
     report: dict[str, Any]
+    data: PairData  # the labelled pairs the model was fitted on
 
 
 def reward_model(env: CreditAssignmentEnv, cfg: LCAConfig) -> prefs.RewardModel:
@@ -64,7 +65,8 @@ def fingerprint(env: ArrayEnv, cfg: LCAConfig, seed: int) -> str:
         "version": ARTIFACT_VERSION,
         "env": type(raw).__name__,
         "env_config": {k: repr(v) for k, v in sorted(vars(raw).items()) if _plain(v)},
-        "lca": dataclasses.asdict(cfg),
+        # online rounds come after this model: changing them must not refit it
+        "lca": {k: v for k, v in dataclasses.asdict(cfg).items() if not k.startswith("online_")},
         "seed": seed,
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -85,24 +87,22 @@ def _backend(cfg: LCAConfig, artifact_dir: Path | None):
     return make_backend(cfg.backend, store=store, cache_mode=cfg.cache_mode, **options)
 
 
-def collect_labels(
+def label_transitions(
     env: ArrayEnv,
     cfg: LCAConfig,
     key: jax.Array,
+    t: Transitions,
     seed: int,
     artifact_dir: Path | None,
     progress: bool,
-) -> tuple[Transitions, np.ndarray, np.ndarray, dict[str, Any]]:
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """``(confidence, num_answers, info)`` ``[M, N]``: every agent's ranking of every
+    transition of ``t``, from the heuristic (arrays) or the configured backend (text)."""
     raw = env.env
-    num_transitions = math.ceil(cfg.num_pairs / env.num_agents)
-    k_pairs, k_labels = jax.random.split(key)
-    t = sample_transitions(
-        env, k_pairs, num_transitions, cfg.pair_source, cfg.rollout_envs, cfg.scripted_epsilon
-    )
-    info: dict[str, Any] = {"labeler": cfg.labeler, "transitions": num_transitions}
+    info: dict[str, Any] = {"labeler": cfg.labeler, "transitions": int(t.actions.shape[0])}
     t0 = time.perf_counter()
     if cfg.labeler == "heuristic":
-        conf, count = heuristic_labels(raw, k_labels, t, cfg.accuracy, cfg.num_queries)
+        conf, count = heuristic_labels(raw, key, t, cfg.accuracy, cfg.num_queries)
         conf, count = np.asarray(conf), np.asarray(count)
     else:
         backend = _backend(cfg, artifact_dir)
@@ -113,74 +113,143 @@ def collect_labels(
             max_tokens=cfg.max_tokens,
             shuffle_order=cfg.shuffle_order,
         )
-        conf, count, report = backend_labels(
-            raw,
-            backend,
-            t,
-            query,
-            seed=seed,
-            policy=LabelingPolicy(cfg.max_retries),
-            progress=progress,
-        )
+        try:
+            conf, count, report = backend_labels(
+                raw,
+                backend,
+                t,
+                query,
+                seed=seed,
+                policy=LabelingPolicy(cfg.max_retries),
+                progress=progress,
+            )
+        finally:
+            backend.close()
         info["backend"] = cfg.backend
         info["labeling"] = report.as_dict()
         if hasattr(backend, "stats"):
             info["cache"] = backend.stats()
-        backend.close()
     info["label_seconds"] = time.perf_counter() - t0
-    return t, conf, count, info
+    return conf, count, info
 
 
-def fit_potential(
+def collect_labels(
     env: ArrayEnv,
     cfg: LCAConfig,
     key: jax.Array,
-    t: Transitions,
-    conf: np.ndarray,
-    count: np.ndarray,
-) -> tuple[prefs.RewardModel, PotentialParams, dict[str, Any]]:
-    raw = env.env
-    f, f_next = both_states(raw.agent_features, t)
-    data = prefs.per_agent_state_pairs(f_next, f, jnp.asarray(conf), valid=jnp.asarray(count) > 0)
-    k_split, k_init, k_fit = jax.random.split(key, 3)
-    train, val = prefs.train_val_split(k_split, data, cfg.val_fraction)
-    model = reward_model(raw, cfg)
-    params = model.init(k_init, f.shape[-1])
+    seed: int,
+    artifact_dir: Path | None,
+    progress: bool,
+) -> tuple[Transitions, np.ndarray, np.ndarray, dict[str, Any]]:
+    num_transitions = math.ceil(cfg.num_pairs / env.num_agents)
+    k_pairs, k_labels = jax.random.split(key)
+    t = sample_transitions(
+        env, k_pairs, num_transitions, cfg.pair_source, cfg.rollout_envs, cfg.scripted_epsilon
+    )
+    conf, count, info = label_transitions(env, cfg, k_labels, t, seed, artifact_dir, progress)
+    return t, conf, count, info
+
+
+@struct.dataclass
+class PairData:
+    """Labelled pairs as arrays, ``[M, N, ...]``: what a state-scoring model is fitted on
+    (features, answers) and checked against (the heuristic's values)."""
+
+    features: jax.Array  # [M, N, D] agent-specific encodings of s
+    next_features: jax.Array  # [M, N, D] ... of s'
+    confidence: jax.Array  # [M, N] P(s' preferred) from the answers
+    num_answers: jax.Array  # [M, N] (0: no usable answer)
+    phi: jax.Array  # [M, N] heuristic potential of s (evaluation only)
+    phi_next: jax.Array  # [M, N]
+    moving: jax.Array  # [M, N] bool, the agent did not take the no-op
+
+
+def pair_data(
+    env: CreditAssignmentEnv, t: Transitions, conf: np.ndarray, count: np.ndarray
+) -> PairData:
+    f, f_next = both_states(env.agent_features, t)
+    phi, phi_next = heuristic_values(env, t)
+    return PairData(
+        features=f,
+        next_features=f_next,
+        confidence=jnp.asarray(conf, jnp.float32),
+        num_answers=jnp.asarray(count, jnp.int32),
+        phi=phi,
+        phi_next=phi_next,
+        moving=t.actions != env.noop_action,
+    )
+
+
+def concat_pairs(parts: list[PairData]) -> PairData:
+    return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
+
+
+def fit_pairs(
+    model: prefs.RewardModel,
+    params: Any,
+    data: PairData,
+    k_split: jax.Array,
+    k_fit: jax.Array,
+    cfg: LCAConfig,
+    num_steps: int,
+) -> tuple[PotentialParams, dict[str, jax.Array]]:
+    """Fit ``model`` from ``params`` on ``data`` (pure, so it vmaps over seeds): the new
+    potential parameters and the fit's metrics as arrays. ``k_split`` draws the held-out
+    pairs, ``k_fit`` the minibatches."""
+    pairs = prefs.per_agent_state_pairs(
+        data.next_features, data.features, data.confidence, valid=data.num_answers > 0
+    )
+    train, val = prefs.train_val_split(k_split, pairs, cfg.val_fraction)
     fit_cfg = prefs.FitConfig(
-        num_steps=cfg.fit_steps,
+        num_steps=num_steps,
         batch_size=cfg.batch_size,
         learning_rate=cfg.lr,
         weight_decay=cfg.weight_decay,
     )
-    t0 = time.perf_counter()
     params, losses = prefs.fit(model, params, train, k_fit, fit_cfg)
-    jax.block_until_ready(params)
-    fit_s = time.perf_counter() - t0
 
     # Accuracy against the clean heuristic (not the possibly noisy labels it was fit on).
-    phi, phi_next = heuristic_values(raw, t)
-    clean = jnp.where(phi_next > phi, 1.0, jnp.where(phi_next < phi, 0.0, 0.5)).reshape(-1)
-    score_next = model.apply_agents(params, f_next).reshape(-1)
-    score = model.apply_agents(params, f).reshape(-1)
-    moving = (t.actions != raw.noop_action).reshape(-1)
-    diff = (score_next - score)[moving]
-    mean_step = float(jnp.mean(jnp.abs(diff))) if diff.size else 0.0
-    scale = cfg.step_scale / max(mean_step, cfg.min_step) if cfg.step_scale > 0 else 1.0
-    report = {
-        "fit_seconds": fit_s,
-        "final_loss": float(losses[-50:].mean()),
-        "train_pairs": int(train.valid.sum()),
-        "val_pairs": int(val.valid.sum()),
-        "train_accuracy_vs_heuristic": float(
-            prefs.preference_accuracy(score_next, score, clean, train.valid)
+    phi, phi_next = data.phi.reshape(-1), data.phi_next.reshape(-1)
+    clean = jnp.where(phi_next > phi, 1.0, jnp.where(phi_next < phi, 0.0, 0.5))
+    score_next = model.apply_agents(params, data.next_features).reshape(-1)
+    score = model.apply_agents(params, data.features).reshape(-1)
+    moving = data.moving.reshape(-1)
+    step = jnp.abs(score_next - score)
+    mean_step = jnp.where(moving.any(), (step * moving).sum() / jnp.maximum(moving.sum(), 1), 0.0)
+    if cfg.step_scale > 0:
+        scale = cfg.step_scale / jnp.maximum(mean_step, cfg.min_step)
+    else:
+        scale = jnp.ones(())
+    metrics = {
+        "final_loss": losses[-50:].mean(),
+        "train_pairs": train.valid.sum(),
+        "val_pairs": val.valid.sum(),
+        "train_accuracy_vs_heuristic": prefs.preference_accuracy(
+            score_next, score, clean, train.valid
         ),
-        "val_accuracy_vs_heuristic": float(
-            prefs.preference_accuracy(score_next, score, clean, val.valid)
-        ),
+        "val_accuracy_vs_heuristic": prefs.preference_accuracy(score_next, score, clean, val.valid),
         "mean_abs_potential_step": mean_step,
         "scale": scale,
     }
-    return model, PotentialParams(params, jnp.asarray(scale, jnp.float32)), report
+    return PotentialParams(params, scale.astype(jnp.float32)), metrics
+
+
+def fit_potential(
+    env: ArrayEnv, cfg: LCAConfig, key: jax.Array, data: PairData
+) -> tuple[prefs.RewardModel, PotentialParams, dict[str, Any]]:
+    raw = env.env
+    k_split, k_init, k_fit = jax.random.split(key, 3)
+    model = reward_model(raw, cfg)
+    params = model.init(k_init, data.features.shape[-1])
+    t0 = time.perf_counter()
+    potential, metrics = fit_pairs(model, params, data, k_split, k_fit, cfg, cfg.fit_steps)
+    jax.block_until_ready(potential)
+    report = {"fit_seconds": time.perf_counter() - t0, **_host(metrics)}
+    return model, potential, report
+
+
+def _host(metrics: dict[str, jax.Array]) -> dict[str, Any]:
+    return {k: np.asarray(v).tolist() for k, v in metrics.items()}
 
 
 def prepare(
@@ -196,51 +265,51 @@ def prepare(
     model = reward_model(raw, cfg)
     fp = fingerprint(env, cfg, seed)
     if artifact_dir is not None:
-        loaded = _load(artifact_dir, fp, model, env)
+        loaded = _load(artifact_dir, fp, model)
         if loaded is not None:
             return loaded
     key = jax.random.PRNGKey(seed)
     k_labels, k_fit = jax.random.split(jax.random.fold_in(key, 0x1CA))
     t, conf, count, info = collect_labels(env, cfg, k_labels, seed, artifact_dir, progress)
-    phi, phi_next = (np.asarray(x) for x in heuristic_values(raw, t))
+    data = pair_data(raw, t, conf, count)
+    phi, phi_next = np.asarray(data.phi), np.asarray(data.phi_next)
     info["pairs"] = int(conf.size)
     info["answered_pairs"] = int((count > 0).sum())
     info["label_accuracy_vs_heuristic"] = label_accuracy(conf, count, phi, phi_next)
     info["heuristic_tie_fraction"] = float((phi == phi_next).mean())
-    model, params, fit_report = fit_potential(env, cfg, k_fit, t, conf, count)
+    model, params, fit_report = fit_potential(env, cfg, k_fit, data)
     report = {"fingerprint": fp, **info, **fit_report}
     if artifact_dir is not None:
-        _save(artifact_dir, fp, params, report, conf, count, phi, phi_next, t)
-    return LCAResult(model, params, report)
+        _save(artifact_dir, fp, params, report, data)
+    return LCAResult(model, params, report, data)
 
 
-def _save(d: Path, fp, params, report, conf, count, phi, phi_next, t: Transitions) -> None:
+def save_pairs(path: Path, data: PairData) -> None:
+    np.savez_compressed(path, **{k: np.asarray(v) for k, v in vars(data).items()})
+
+
+def load_pairs(path: Path) -> PairData:
+    with np.load(path) as f:
+        return PairData(**{k: jnp.asarray(f[k]) for k in f.files})
+
+
+def _save(d: Path, fp, params, report, data: PairData) -> None:
     d.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(
-        d / "pairs.npz",
-        confidence=conf,
-        num_answers=count,
-        phi=phi,
-        phi_next=phi_next,
-        actions=np.asarray(t.actions),
-    )
+    save_pairs(d / "pairs.npz", data)
     (d / "reward_model.msgpack").write_bytes(serialization.to_bytes(params))
     (d / "report.json").write_text(json.dumps(report, indent=2))
     (d / "fingerprint").write_text(fp)
 
 
-def _load(d: Path, fp: str, model: prefs.RewardModel, env: ArrayEnv) -> LCAResult | None:
-    files = [d / n for n in ("fingerprint", "reward_model.msgpack", "report.json")]
+def _load(d: Path, fp: str, model: prefs.RewardModel) -> LCAResult | None:
+    files = [d / n for n in ("fingerprint", "reward_model.msgpack", "report.json", "pairs.npz")]
     if not all(p.exists() for p in files) or files[0].read_text().strip() != fp:
         return None
-    raw = env.env
-    feat_dim = jax.eval_shape(
-        raw.agent_features, jax.eval_shape(raw.random_state, jax.random.PRNGKey(0))
-    ).shape[-1]
+    data = load_pairs(files[3])
     template = PotentialParams(
-        model.init(jax.random.PRNGKey(0), feat_dim), jnp.zeros((), jnp.float32)
+        model.init(jax.random.PRNGKey(0), data.features.shape[-1]), jnp.zeros((), jnp.float32)
     )
     params = serialization.from_bytes(template, files[1].read_bytes())
     report = json.loads(files[2].read_text())
     report["loaded_from"] = str(d)
-    return LCAResult(model, params, report)
+    return LCAResult(model, params, report, data)

@@ -1,0 +1,52 @@
+"""Online feedback: shaper parameters refitted between training chunks.
+
+Methods whose reward model learns during training (iterative LCA, DPM) give their
+``Shaper`` a ``feedback`` object. After every ``every`` updates, up to ``rounds`` times,
+the runner plays each seed's current policy for ``collect_steps`` steps (the learner's
+``collect``), hands the transitions and the current shaper parameters to ``refit`` on the
+host, where labels may come from a language model, and puts the returned parameters into
+the train state. The shaper function itself never changes, so nothing recompiles.
+
+``refit`` must be deterministic given its inputs and keep whatever it accumulates on disk
+(indexed by round), because a resumed run calls it again from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Feedback(Protocol):
+    every: int  # updates between rounds
+    rounds: int  # rounds in a run (0: none)
+    collect_steps: int  # policy steps per env collected for a round
+
+    def refit(self, round_index: int, batch: Any, params: Any) -> tuple[Any, dict]:
+        """New shaper parameters (leading seed axis, like ``params``) and a JSON-able
+        report, from ``batch`` (a ``TransitionBatch`` with leaves ``[seeds, steps, envs,
+        ...]``, every field filled)."""
+        ...
+
+
+def due_round(feedback: Feedback | None, updates_done: int, total_updates: int) -> int | None:
+    """The index of the round due after ``updates_done`` updates, or None."""
+    if feedback is None or feedback.rounds == 0 or updates_done >= total_updates:
+        return None
+    if updates_done == 0 or updates_done % feedback.every:
+        return None
+    index = updates_done // feedback.every - 1
+    return index if index < feedback.rounds else None
+
+
+def check_feedback(feedback: Feedback, learner: Any, log_every: int, algo: str) -> None:
+    """Refuse a run whose learner or chunking cannot host the feedback rounds."""
+    if learner.collect is None:
+        raise ValueError(
+            f"online feedback needs a learner that can play its current policy; algo {algo!r} "
+            "has no collect (use ippo or mappo, or set the shaper's online rounds to 0)"
+        )
+    if feedback.every % log_every:
+        raise ValueError(
+            f"online feedback every {feedback.every} updates must be a multiple of "
+            f"log_every={log_every} (feedback runs between chunks)"
+        )

@@ -180,9 +180,14 @@ class ArrayEnv:
         return jnp.stack(rows)
 
     def world_state(self, state: ArrayEnvState, obs: jax.Array) -> jax.Array:
+        return self.state_vector(state.env_state, obs)
+
+    def state_vector(self, env_state, obs: jax.Array) -> jax.Array:
+        """The centralized state ``[S]`` of a jaxmarl env state (its observations ``obs``
+        ``[N, D]`` where the env has no world state of its own)."""
         if self._world_state_fn is None:
             return jnp.reshape(obs, (-1,))
-        return jnp.reshape(self._world_state_fn(self.env, state.env_state, obs), (-1,)).astype(
+        return jnp.reshape(self._world_state_fn(self.env, env_state, obs), (-1,)).astype(
             jnp.float32
         )
 

@@ -35,7 +35,11 @@ What SMAX cannot express, and how it differs from SMAC on StarCraft II:
   raw map position (0..32, not normalised), weapon cooldown (seconds) and type one-hot,
   then every unit's team and raw type id: ``12 * (num_allies + num_enemies)`` floats.
 * Reward: enemy health fraction removed per step divided by the number of enemies,
-  plus 1 for a win, so a perfect episode returns about 2 (SMAC scales to 20).
+  plus 1 for a win, so a perfect episode returns about 2 (SMAC scales to 20). That is the
+  ``reward="dense"`` setting; ``reward="weak_sparse"`` and ``reward="strong_sparse"`` are
+  DPM's Table 1 settings (+200 for a win, +10 per enemy killed, -5 per ally lost; or +200
+  for a win only), divided by 200 so that a win is worth 1 as in the dense setting (a
+  kill 0.05, a loss -0.025). Every ally gets the same reward.
 * Time: one env step is 8 world steps of 1/16 s; every map uses ``max_steps=100``
   (SMAC's limits are per map), and jaxmarl checks the limit before counting the step,
   so a time-out episode lasts ``max_steps + 1`` steps.
@@ -87,8 +91,38 @@ def scenarios() -> dict[str, Scenario]:
     return {**MAP_NAME_TO_SCENARIO, **EXTRA_SCENARIOS}
 
 
-def _make(map_name: str, **kwargs) -> HeuristicEnemySMAX:
-    return HeuristicEnemySMAX(scenario=scenarios()[map_name], **kwargs)
+REWARD_SETTINGS = ("dense", "weak_sparse", "strong_sparse")
+# DPM Table 1, divided by SPARSE_SCALE so that a win is worth 1 (as in SMAX's dense reward).
+SPARSE_WIN, SPARSE_KILL, SPARSE_LOSS, SPARSE_SCALE = 200.0, 10.0, -5.0, 200.0
+
+
+class RewardSettingSMAX(HeuristicEnemySMAX):
+    """SMAX with the heuristic enemy and a reward setting of DPM's Table 1."""
+
+    def __init__(self, reward: str = "dense", **kwargs):
+        if reward not in REWARD_SETTINGS:
+            raise ValueError(f"unknown SMAX reward setting {reward!r}; valid: {REWARD_SETTINGS}")
+        super().__init__(**kwargs)
+        self.reward_setting = reward
+
+    def step_env(self, key, state, actions, **kwargs):
+        obs, next_state, rewards, dones, infos = super().step_env(key, state, actions, **kwargs)
+        if self.reward_setting == "dense":
+            return obs, next_state, rewards, dones, infos
+        n = self.num_allies
+        before, after = _inner_state(state).unit_alive, _inner_state(next_state).unit_alive
+        won = jnp.any(after[:n]) & ~jnp.any(after[n:])
+        r = SPARSE_WIN * won
+        if self.reward_setting == "weak_sparse":
+            killed = jnp.sum(before[n:] & ~after[n:])
+            lost = jnp.sum(before[:n] & ~after[:n])
+            r = r + SPARSE_KILL * killed + SPARSE_LOSS * lost
+        r = (r / SPARSE_SCALE).astype(jnp.float32)
+        return obs, next_state, {a: r for a in rewards}, dones, infos
+
+
+def _make(map_name: str, **kwargs) -> RewardSettingSMAX:
+    return RewardSettingSMAX(scenario=scenarios()[map_name], **kwargs)
 
 
 def _inner_state(env_state):

@@ -363,9 +363,9 @@ class QLearning:
             env_steps=jnp.zeros((), jnp.int32),
         )
 
-    def _rollout_step(self, state: QLearningState, t):
-        rng, r_act, r_env = jax.random.split(state.rng, 3)
-        eps = self.epsilon(state.env_steps + t * self.num_envs)
+    def _policy_step(self, state: QLearningState, r_act, r_env, eps):
+        """One epsilon-greedy step of every env: ``(next state, buffer item, step result)``
+        (the item holds only the fields the shaper reads)."""
         hidden, actions, _ = self.act(
             state.params, state.hidden, state.obs, state.avail, state.first, r_act, eps
         )
@@ -390,9 +390,35 @@ class QLearning:
             avail=res.avail_actions,
             hidden=hidden,
             first=res.done,
-            rng=rng,
         )
-        return state, (item, res.done, res.info)
+        return state, item, res
+
+    def _rollout_step(self, state: QLearningState, t):
+        rng, r_act, r_env = jax.random.split(state.rng, 3)
+        eps = self.epsilon(state.env_steps + t * self.num_envs)
+        state, item, res = self._policy_step(state, r_act, r_env, eps)
+        return state.replace(rng=rng), (item, res.done, res.info)
+
+    def collect(self, state: QLearningState, key: jax.Array, steps: int) -> TransitionBatch:
+        """``steps`` epsilon-greedy steps (the current epsilon) from the learner's env
+        states, every field filled (leaves ``[steps, E, ...]``); ``state`` is unchanged."""
+        eps = self.epsilon(state.env_steps)
+
+        def one(s, k):
+            r_act, r_env = jax.random.split(k)
+            s_next, item, res = self._policy_step(s, r_act, r_env, eps)
+            batch = TransitionBatch(
+                obs=s.obs,
+                actions=item.actions,
+                next_obs=res.terminal_obs,
+                reward=res.reward,
+                done=res.done,
+                state=s.env_state.env_state,
+                next_state=res.terminal_env_state,
+            )
+            return s_next, batch
+
+        return jax.lax.scan(one, state, jax.random.split(key, steps))[1]
 
     def update(self, state: QLearningState) -> tuple[QLearningState, dict]:
         eps = self.epsilon(state.env_steps)
@@ -435,6 +461,7 @@ class QLearning:
             update=self.update,
             num_updates=self.num_updates,
             env_steps_per_update=self.env_steps_per_update,
+            collect=self.collect,
         )
 
 

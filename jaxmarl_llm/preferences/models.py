@@ -46,6 +46,33 @@ class ScoreMLP(nn.Module):
         return _OUTPUTS[self.output](nn.Dense(1)(x)[..., 0])
 
 
+class EncodedScoreNet(nn.Module):
+    """DPM's reward net (appendix A.4, Table 4): the input is split into blocks (state,
+    next state, observation, action), each block has its own linear encoder of
+    ``encoder_width``; their concatenation goes through the hidden layers to one output."""
+
+    blocks: Sequence[int]
+    encoder_width: int = 16
+    hidden: Sequence[int] = (16,)
+    activation: str = "relu"
+    output: str = "linear"
+
+    @nn.compact
+    def __call__(self, x):
+        act = _ACTIVATIONS[self.activation]
+        bounds = np.cumsum([0, *self.blocks])
+        if x.shape[-1] != bounds[-1]:
+            raise ValueError(f"input width {x.shape[-1]} != sum of blocks {tuple(self.blocks)}")
+        parts = [
+            nn.Dense(self.encoder_width, name=f"encoder_{i}")(x[..., lo:hi])
+            for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
+        ]
+        x = act(jnp.concatenate(parts, -1))
+        for h in self.hidden:
+            x = act(nn.Dense(h)(x))
+        return _OUTPUTS[self.output](nn.Dense(1)(x)[..., 0])
+
+
 @dataclasses.dataclass(frozen=True)
 class RewardModel:
     """Static description of an ensemble of (grouped) score MLPs. Hashable: pass it as a
@@ -60,6 +87,8 @@ class RewardModel:
       agent_one_hot: append the agent's one-hot id to the features.
       activation: hidden activation (relu, tanh, gelu, silu).
       output: ``linear`` (unbounded score) or ``tanh`` (score in [-1, 1]).
+      blocks: widths of the feature blocks, each with its own linear encoder of
+        ``encoder_width`` (DPM's reward net); ``None``: a plain MLP over the features.
     """
 
     hidden: tuple[int, ...] = (64, 64)
@@ -69,9 +98,13 @@ class RewardModel:
     agent_one_hot: bool = False
     activation: str = "relu"
     output: str = "linear"
+    blocks: tuple[int, ...] | None = None
+    encoder_width: int = 16
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        if self.blocks is not None:
+            object.__setattr__(self, "blocks", tuple(int(b) for b in self.blocks))
         if self.agent_groups is not None:
             groups = tuple(int(g) for g in self.agent_groups)
             object.__setattr__(self, "agent_groups", groups)
@@ -93,7 +126,14 @@ class RewardModel:
         return 1 if self.agent_groups is None else max(self.agent_groups) + 1
 
     @property
-    def module(self) -> ScoreMLP:
+    def module(self) -> nn.Module:
+        if self.blocks is not None:
+            blocks = self.blocks
+            if self.agent_one_hot:  # the one-hot id is one more block
+                blocks = (*blocks, self.num_agents)
+            return EncodedScoreNet(
+                blocks, self.encoder_width, self.hidden, self.activation, self.output
+            )
         return ScoreMLP(self.hidden, self.activation, self.output)
 
     def input_dim(self, feature_dim: int) -> int:

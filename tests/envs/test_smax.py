@@ -201,3 +201,48 @@ def test_world_state_and_obs(aenv):
     np.testing.assert_array_equal(ws, env.get_world_state(state.env_state))
     np.testing.assert_array_equal(ws[-2 * (n + m) : -(n + m)], [0] * n + [1] * m)  # teams
     np.testing.assert_array_equal(ws[-(n + m) :], [STALKER] * 2 + [ZEALOT] * 3 + [2, 2, 3, 3, 3])
+
+
+EAST = 1
+
+
+def _play(setting, steps=40, num_envs=8):
+    """Rewards, alive flags before/after, wins and dones ``[steps * envs, ...]`` of 3m
+    envs whose allies attack when they can and otherwise walk east, at the enemy."""
+    aenv = envs.make_array_env("smax:3m", reward=setting, max_steps=30)
+
+    def step(state, key):
+        avail = aenv.avail_actions(state)
+        attack = 5 + jnp.argmax(avail[:, 5:], -1)
+        actions = jnp.where(avail[:, 5:].any(-1), attack, EAST).astype(jnp.int32)
+        res = aenv.step(key, state, actions)
+        before = state.env_state.state.unit_alive
+        after = res.terminal_env_state.state.unit_alive
+        return res.state, (res.reward, before, after, res.info["won"], res.done)
+
+    def play(seed):
+        _, state = aenv.reset(jax.random.PRNGKey(seed))
+        keys = jax.random.split(jax.random.PRNGKey(seed + 100), steps)
+        return jax.lax.scan(step, state, keys)[1]
+
+    out = jax.jit(jax.vmap(play))(jnp.arange(num_envs))
+    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
+
+
+def test_reward_settings_follow_dpm_table_1():
+    dense_r, before, after, won, done = (np.asarray(x) for x in _play("dense"))
+    weak_r = np.asarray(_play("weak_sparse")[0])
+    strong_r = np.asarray(_play("strong_sparse")[0])
+    # the setting changes the reward only: same key, same episodes
+    np.testing.assert_array_equal(np.asarray(_play("strong_sparse")[1]), before)
+    assert done.any() and won.any() and (before & ~after).any(), "a fight should happen"
+    killed = (before[:, 3:] & ~after[:, 3:]).sum(-1)
+    lost = (before[:, :3] & ~after[:, :3]).sum(-1)
+    np.testing.assert_allclose(strong_r[:, 0], won * 1.0)
+    np.testing.assert_allclose(weak_r[:, 0], won + 0.05 * killed - 0.025 * lost, atol=1e-6)
+    for r in (dense_r, weak_r, strong_r):  # a team reward: every ally gets the same
+        np.testing.assert_array_equal(r, np.repeat(r[:, :1], 3, axis=1))
+    # dense rewards damage on non-winning steps; the sparse settings do not
+    assert (dense_r[~won, 0] > 0).any() and (strong_r[~won] == 0).all()
+    with pytest.raises(ValueError, match="unknown SMAX reward setting 'sparse'"):
+        envs.make("smax:3m", reward="sparse")

@@ -96,8 +96,8 @@ ONLINE = {
 }
 
 
-def _online_cfg(path, *over, algo=None):
-    algo = algo or {**ALGO, "total_timesteps": 384}  # 6 updates: rounds after 2 and 4
+def _online_cfg(path, *over):
+    algo = {**ALGO, "total_timesteps": 384}  # 6 updates: rounds after updates 2 and 4
     raw = {"name": "race_online", "env": {"name": ENV}, "algo": algo}
     raw["shaping"] = {"name": "lca", "kwargs": ONLINE}
     return build_config(
@@ -151,9 +151,13 @@ def test_online_rounds_resume_to_the_uninterrupted_result(tmp_path):
 
 
 def test_online_rounds_are_refused_where_they_cannot_run(tmp_path):
-    qmix = {"name": "qmix", "num_envs": 4, "num_steps": 8, "total_timesteps": 192}
-    with pytest.raises(ValueError, match="algo 'qmix' has no collect"):
-        run_experiment(_online_cfg(tmp_path / "q", algo=qmix))
+    from types import SimpleNamespace
+
+    from jaxmarl_llm.shaping.feedback import check_feedback
+
+    rounds = SimpleNamespace(every=4, rounds=2, collect_steps=8)
+    with pytest.raises(ValueError, match="algo 'maddpg' has no collect"):
+        check_feedback(rounds, SimpleNamespace(collect=None), 2, "maddpg")
     with pytest.raises(ValueError, match="multiple of log_every=4"):
         run_experiment(_online_cfg(tmp_path / "e", "log_every=4", "shaping.kwargs.online_every=6"))
     small = ["shaping.kwargs.online_pairs=1000"]

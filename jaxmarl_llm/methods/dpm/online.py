@@ -1,0 +1,373 @@
+"""DPM's feedback rounds: pick queries, label them, refit the ensemble (between chunks).
+
+Each round every seed's learner plays ``collect_steps`` steps of its current policy (the
+runner's ``collect``). From those steps DPM builds two kinds of queries:
+
+- trajectory comparisons: windows of ``segment_length`` steps of one env that do not
+  cross an episode end, paired up and labelled by the teacher from their first and last
+  states (the paper's prompt shows just those two);
+- agent comparisons: single steps whose allies the teacher ranks by contribution.
+
+With ``selection: kendall`` a candidate qualifies when the ensemble members' rankings of
+its agents agree little (mean pairwise Kendall tau, averaged over a segment's steps, below
+a threshold that falls over the rounds; appendix C); ``random`` draws uniformly (the
+Fig. 8b ablation). The new labels join the seed's datasets (fixed capacity
+``rounds x labels``, so the fit compiles once), the ensemble is refitted warm from its
+current parameters, and the reward is rescaled. Each round's labelled queries are written
+to ``<run>/dpm/round_K.npz`` so that a resumed run rebuilds the datasets from them.
+
+Before fitting, the previous ensemble is scored on the new labels: queries it has never
+seen, so the report's ``heldout_*_agreement`` is the held-out preference agreement of
+appendix B.1. ``pearson_dense`` correlates the ensemble's team reward with SMAX's dense
+reward (enemy health removed per step) over the round's transitions (appendix B.1).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+
+from envs.array_env import ArrayEnv
+from jaxmarl_llm import preferences as prefs
+from jaxmarl_llm.lm.teachers import PairLabels, TeacherNoise, agent_rankings, pair_preferences
+from jaxmarl_llm.methods.dpm.config import DPMConfig
+from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features
+from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
+from jaxmarl_llm.shaping.base import TransitionBatch
+
+TIE_MARGIN = 1e-3  # segment values closer than this are "equally preferable" (#0)
+
+
+def _at(tree: Any, *index: int) -> Any:
+    return jax.tree.map(lambda x: x[index], tree)
+
+
+def _merge_report(total: dict, part: dict) -> None:
+    for k, v in part.items():
+        if isinstance(v, int | float):
+            total[k] = total.get(k, 0) + v
+        elif isinstance(v, list):
+            total[k] = (total.get(k, []) + v)[:5]
+
+
+def _map_steps(fn, *trees):
+    """``fn`` of one step mapped over leading ``[T, E]`` axes."""
+    return jax.vmap(jax.vmap(fn))(*trees)
+
+
+class DPMFeedback:
+    """The ``Feedback`` (shaping/feedback.py) of the ``dpm`` shaper."""
+
+    def __init__(
+        self,
+        env: ArrayEnv,
+        cfg: DPMConfig,
+        model: prefs.RewardModel,
+        seed: int,
+        artifact_dir: Path | None,
+    ):
+        self.env, self.cfg, self.model, self.seed = env, cfg, model, seed
+        self.dir = None if artifact_dir is None else Path(artifact_dir)
+        self.every, self.rounds, self.collect_steps = cfg.every, cfg.rounds, cfg.collect_steps
+        self.k_traj, self.k_agent = cfg.trajectory_labels, cfg.agent_labels
+        self.noise = TeacherNoise(mistake=cfg.mistake, equal_margin=TIE_MARGIN).validate()
+        self._new: dict[int, dict] = {}  # round -> its labelled queries, leaves [S, K, ...]
+        self._round_fn = jax.jit(jax.vmap(self._queries, in_axes=(0, 0, 0, None)))
+        fit_cfg = prefs.FitConfig(
+            num_steps=cfg.fit_steps, batch_size=cfg.batch_size, learning_rate=cfg.lr
+        )
+        self._fit_fn = jax.jit(
+            jax.vmap(lambda p, d, k: prefs.fit(model, p, d, k, fit_cfg)), donate_argnums=()
+        )
+        self._eval_fn = jax.jit(jax.vmap(self._evaluate))
+
+    # ----- queries (pure; vmapped over seeds) -------------------------------------------
+    def _queries(self, batch: TransitionBatch, params: DPMParams, key, threshold):
+        env, cfg, model = self.env, self.cfg, self.model
+        n = env.num_agents
+        feats = batch_features(env, batch)  # [T, E, N, F]
+        members = model.apply_members(params.model, feats, jnp.arange(n))  # [M, T, E, N]
+        alive = _map_steps(lambda s: health_fractions(env, s)[:n] > 0, batch.state)
+        consensus = prefs.ensemble_rank_consensus(members, alive)  # [T, E]
+        k_agent_sel, k_traj_sel, k_agent_lab, k_traj_lab = jax.random.split(key, 4)
+
+        def select(k, cons, valid, num):
+            if cfg.selection == "random":
+                return prefs.select_uniform(k, valid, num)
+            return prefs.select_below_threshold(k, cons, valid, num, threshold, fill=True)
+
+        out: dict[str, Any] = {}
+        t_len, e = consensus.shape
+        if self.k_agent:
+            scores, rated = _map_steps(
+                lambda s, a: agent_contributions(env, s, a), batch.state, batch.actions
+            )
+            if cfg.describe_agents:  # only the described allies are ranked
+                rated = rated & (jnp.arange(n) < cfg.describe_agents)
+            flat = lambda x: x.reshape(t_len * e, *x.shape[2:])
+            valid = flat(rated).sum(-1) >= 2
+            index, picked = select(k_agent_sel, flat(consensus), valid, self.k_agent)
+            pairs = agent_rankings(k_agent_lab, flat(scores)[index], self.noise)
+            r = flat(rated)[index]
+            pairs = PairLabels(pairs.label, pairs.valid & r[:, :, None] & r[:, None, :])
+            out["agent"] = prefs.agent_ranking_dataset(flat(feats)[index], pairs, valid=picked)
+            out["agent_query"] = {"index": index, "picked": picked, "scores": flat(scores)[index]}
+        if self.k_traj:
+            seg = cfg.segment_length
+            w = t_len // seg
+            split = lambda x: jnp.swapaxes(x[: w * seg].reshape(w, seg, e, *x.shape[2:]), 1, 2)
+            # [W, E, L, ...] -> candidates [W * E, L, ...]
+            cands = lambda x: split(x).reshape(w * e, seg, *x.shape[2:])
+            done = cands(batch.done)
+            valid = ~done[:, :-1].any(-1)
+            seg_cons = prefs.trajectory_consensus(cands(consensus))
+            index, picked = select(k_traj_sel, seg_cons, valid, 2 * self.k_traj)
+            first = jax.tree.map(lambda x: cands(x)[:, 0], batch.state)
+            last = jax.tree.map(lambda x: cands(x)[:, -1], batch.next_state)
+            value = jax.vmap(lambda a, b: segment_value(env, a, b))(first, last)[index]
+            a, b = index[: self.k_traj], index[self.k_traj :]
+            va, vb = value[: self.k_traj], value[self.k_traj :]
+            labels = pair_preferences(k_traj_lab, va, vb, self.noise)
+            labels = PairLabels(
+                labels.label, labels.valid & picked[: self.k_traj] & picked[self.k_traj :]
+            )
+            seg_feats = cands(feats)
+            out["trajectory"] = prefs.segment_pairs(seg_feats[a], seg_feats[b], labels)
+            out["trajectory_query"] = {
+                "a": a,
+                "b": b,
+                "values": jnp.stack([va, vb], -1),
+                "picked": picked[: self.k_traj] & picked[self.k_traj :],
+            }
+
+        # SMAX's dense reward of each step (enemy health removed / enemies), for pearson_dense
+        def dense(s, s_next):
+            h0, h1 = health_fractions(env, s), health_fractions(env, s_next)
+            return (h0[n:] - h1[n:]).sum() / (h0.shape[0] - n)
+
+        out["dense"] = _map_steps(dense, batch.state, batch.next_state)
+        out["features"] = feats
+        out["consensus"] = consensus.mean()
+        return out
+
+    def _evaluate(self, params: DPMParams, datasets: dict, feats, dense):
+        """Agreement of ``params`` with each dataset's labels, and the team reward's
+        Pearson correlation with the dense reward."""
+        model = self.model
+        n = feats.shape[-2]
+        out = {}
+        if "trajectory" in datasets:
+            d = datasets["trajectory"]
+            ra = model.apply(params.model, d.features_a, jnp.arange(n)).sum((-1, -2))
+            rb = model.apply(params.model, d.features_b, jnp.arange(n)).sum((-1, -2))
+            out["trajectory"] = prefs.preference_accuracy(ra, rb, d.label, d.valid)
+        if "agent" in datasets:
+            d = datasets["agent"]
+            r = model.apply(params.model, d.features, jnp.arange(n))  # [C, N]
+            diff = r[:, :, None] - r[:, None, :]
+            decided = d.pair_valid & (d.label != 0.5) & d.valid[:, None, None]
+            right = jnp.where(diff == 0, 0.5, ((diff > 0) == (d.label > 0.5)).astype(jnp.float32))
+            out["agent"] = (right * decided).sum() / jnp.maximum(decided.sum(), 1)
+        team = model.apply(params.model, feats, jnp.arange(n)).sum(-1).reshape(-1)
+        out["pearson_dense"] = jnp.corrcoef(team, dense.reshape(-1))[0, 1]
+        return out
+
+    # ----- the round (host) ----------------------------------------------------------------
+    def _path(self, index: int) -> Path | None:
+        return None if self.dir is None else self.dir / f"round_{index}.npz"
+
+    def _rounds_before(self, index: int, template: dict) -> list[dict]:
+        """The new labels of rounds ``0 .. index - 1`` (memory, else their files)."""
+        out = []
+        for k in range(index):
+            if k not in self._new:
+                path = self._path(k)
+                if path is None or not path.exists():
+                    raise FileNotFoundError(
+                        f"DPM round {index} adds to the labels of round {k}, but "
+                        f"{path or 'no artifact folder'} does not hold them"
+                    )
+                self._new[k] = serialization.from_bytes(template, path.read_bytes())
+            out.append(self._new[k])
+        return out
+
+    def _datasets(self, rounds: list[dict]) -> dict:
+        """Every round's labels in fixed-capacity datasets (``rounds x labels`` rows)."""
+        cap = {"trajectory": self.k_traj, "agent": self.k_agent}
+        data = {}
+        for kind in rounds[0]:
+            pad = lambda d, c=cap[kind]: prefs.pad_to_capacity(d, c * self.cfg.rounds)
+            d = jax.vmap(pad)(rounds[0][kind])
+            for j, items in enumerate(rounds[1:], start=1):
+                put = lambda d, it, j=j, c=cap[kind]: prefs.insert(d, it, j * c)
+                d = jax.vmap(put)(d, items[kind])
+            data[kind] = d
+        return data
+
+    # ----- text labels (labeler: backend) ----------------------------------------------
+    def _backends(self) -> dict[str, Any]:
+        from jaxmarl_llm.lm.factory import make_backend
+
+        cfg = self.cfg
+        store = cfg.store or (str(self.dir / "labels.sqlite") if self.dir else None)
+        common = {"store": store, "cache_mode": cfg.cache_mode}
+        if cfg.backend != "scripted":
+            one = make_backend(cfg.backend, **common, **cfg.backend_options)
+            return {"trajectory": one, "agent": one}
+        # the scripted backend answers one kind of question per teacher
+        noise = {"mistake": cfg.mistake, "equal_margin": TIE_MARGIN, **cfg.backend_options}
+        return {
+            kind: make_backend("scripted", teacher=teacher, noise=noise, **common)
+            for kind, teacher in (("trajectory", "pair_choice_hash"), ("agent", "agent_ranking"))
+        }
+
+    def _text_labels(self, batch: TransitionBatch, q: dict, new: dict):
+        """Replace the array teacher's labels in ``new`` by the backend's answers."""
+        from jaxmarl_llm.lm.backend import SamplingParams
+        from jaxmarl_llm.lm.labeling import LabelingPolicy
+        from jaxmarl_llm.methods.dpm import text
+
+        cfg, raw, n = self.cfg, self.env.env, self.env.num_agents
+        host = jax.device_get((batch.state, batch.next_state, batch.actions))
+        state, next_state, actions = host
+        num_envs = actions.shape[2]
+        policy = LabelingPolicy(cfg.max_retries)
+        agents = list(range(cfg.describe_agents or n))
+        backends = self._backends()
+        reports: dict[str, Any] = {}
+        t0 = time.perf_counter()
+        try:
+            out = dict(new)
+            for kind in new:
+                labels, valids = [], []
+                for s in range(actions.shape[0]):
+                    st, nx = _at(state, s), _at(next_state, s)
+                    params = SamplingParams(
+                        max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=self.seed + s
+                    )
+                    if kind == "trajectory":
+                        qt = jax.device_get(q["trajectory_query"])
+                        seg = cfg.segment_length
+                        where = lambda c, e=num_envs, L=seg: (int(c) // e * L, int(c) % e)
+                        pairs = [
+                            (where(a), where(b))
+                            for a, b in zip(qt["a"][s], qt["b"][s], strict=True)
+                        ]
+                        prompts = text.trajectory_prompts(raw, st, nx, pairs, seg)
+                        label, valid, rep = text.ask_trajectories(
+                            backends[kind], prompts, qt["values"][s], params, policy
+                        )
+                        valid = valid & qt["picked"][s]
+                    else:
+                        qa = jax.device_get(q["agent_query"])
+                        prompts = []
+                        for c in qa["index"][s]:
+                            t, e = divmod(int(c), num_envs)
+                            prompts.append(
+                                text.agent_prompt(
+                                    raw, _at(st, t, e), _at(nx, t, e), actions[s, t, e], agents
+                                )
+                            )
+                        label, valid, rep = text.ask_rankings(
+                            backends[kind], prompts, qa["scores"][s], agents, n, params, policy
+                        )
+                        valid = valid & qa["picked"][s][:, None, None]
+                    labels.append(label)
+                    valids.append(valid)
+                    _merge_report(reports.setdefault(kind, {}), rep.as_dict())
+                label, valid = jnp.asarray(np.stack(labels)), jnp.asarray(np.stack(valids))
+                if kind == "trajectory":
+                    out[kind] = new[kind].replace(label=label, valid=valid)
+                else:
+                    pv = valid & ~jnp.eye(n, dtype=bool)
+                    out[kind] = new[kind].replace(
+                        label=label, pair_valid=pv, valid=pv.any((-1, -2))
+                    )
+        finally:
+            for b in {id(b): b for b in backends.values()}.values():
+                usage = getattr(getattr(b, "backend", b), "usage", None)
+                if usage is not None:  # tokens and cost of http backends (Table 3)
+                    reports.setdefault("usage", {}).update(usage.as_dict())
+                if hasattr(b, "stats"):
+                    reports.setdefault("cache", []).append(b.stats())
+                b.close()
+        for kind in new:
+            r = reports[kind]
+            r["abstain_rate"] = r.get("abstained", 0) / max(r.get("queries", 0), 1)
+        reports["seconds"] = time.perf_counter() - t0
+        return out, reports
+
+    def _check_candidates(self, steps: int, num_envs: int) -> None:
+        segments = (steps // self.cfg.segment_length) * num_envs
+        if segments < 2 * self.k_traj or steps * num_envs < self.k_agent:
+            raise ValueError(
+                f"a DPM round collects {steps} steps x {num_envs} envs: {segments} segments of "
+                f"{self.cfg.segment_length} steps and {steps * num_envs} steps, but needs "
+                f"{2 * self.k_traj} segments and {self.k_agent} steps for its queries; raise "
+                "shaping.kwargs.collect_steps or lower labels_per_round"
+            )
+
+    def refit(self, round_index: int, batch: TransitionBatch, params: DPMParams):
+        cfg = self.cfg
+        seeds, steps, num_envs = batch.actions.shape[:3]
+        self._check_candidates(steps, num_envs)
+        key = jax.random.fold_in(jax.random.PRNGKey(self.seed), 0xD9 + round_index)
+        k_query, k_fit = jax.random.split(key)
+        threshold = prefs.linear_schedule(
+            round_index, cfg.threshold_start, cfg.threshold_end, max(cfg.rounds - 1, 1)
+        )
+        t0 = time.perf_counter()
+        q = self._round_fn(batch, params, jax.random.split(k_query, seeds), threshold)
+        new = {k: q[k] for k in ("trajectory", "agent") if k in q}
+        text_report = None
+        if cfg.labeler == "backend":
+            new, text_report = self._text_labels(batch, q, new)
+        heldout = self._eval_fn(params, new, q["features"], q["dense"])
+        data = self._datasets([*self._rounds_before(round_index, new), new])
+        query_s = time.perf_counter() - t0
+
+        t1 = time.perf_counter()
+        model_params, losses = self._fit_fn(
+            params.model, tuple(data[k] for k in sorted(data)), jax.random.split(k_fit, seeds)
+        )
+        fitted = DPMParams(model_params, jnp.ones((seeds,), jnp.float32))
+        if cfg.reward_scale > 0:
+            raw = jax.vmap(lambda p, f: self.model.apply_agents(p.model, f))(fitted, q["features"])
+            std = raw.reshape(seeds, -1).std(-1)
+            fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(std, 1e-6))
+        after = self._eval_fn(fitted, new, q["features"], q["dense"])
+        jax.block_until_ready(fitted)
+        fit_s = time.perf_counter() - t1
+
+        self._new[round_index] = new
+        path = self._path(round_index)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(serialization.to_bytes(new))
+
+        host = lambda x: np.asarray(x).tolist()
+        report = {
+            "threshold": float(threshold),
+            "mean_consensus": host(q["consensus"]),
+            "labels": {k: int(np.asarray(v.valid).sum()) for k, v in new.items()},
+            "labels_total_per_seed": {
+                k: int(np.asarray(v.valid[0]).sum()) for k, v in data.items()
+            },
+            "query_seconds": query_s,
+            "fit_seconds": fit_s,
+            "final_loss": host(losses[:, -50:].mean((1, 2))),
+            "scale": host(fitted.scale),
+            "pearson_dense": host(after["pearson_dense"]),
+        }
+        if text_report is not None:
+            report["text"] = text_report
+        for k in new:
+            report[f"heldout_{k}_agreement"] = host(heldout[k])
+            report[f"train_{k}_agreement"] = host(after[k])
+        return fitted, report

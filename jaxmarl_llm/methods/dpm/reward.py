@@ -1,0 +1,87 @@
+"""DPM's per-agent intrinsic reward: an ensemble of reward nets over ``(s, s', o_i, a_i)``.
+
+``r_hat_i = scale * mean_m f_m(s, s', o_i, onehot(a_i))`` (appendix A.4: one linear
+encoder per input, a hidden layer, one output; the members' average). As a shaper it is
+applied when the off-policy learner samples a batch, with the current parameters, so a
+refitted ensemble re-scores the whole replay buffer without a relabel pass; with the
+default ``team_reward: sum`` the learner trains on ``R + sum_i r_hat_i``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from envs.array_env import ArrayEnv
+from jaxmarl_llm.methods.dpm.config import DPMConfig
+from jaxmarl_llm.preferences.models import RewardModel
+from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+
+
+@struct.dataclass
+class DPMParams:
+    model: Any  # RewardModel parameters, leaves [E, 1, ...]
+    scale: jax.Array  # [] float32; 0 until the first feedback round
+
+
+def reward_model(env: ArrayEnv, cfg: DPMConfig) -> RewardModel:
+    s, o, a = env.world_state_dim, env.obs_dim, env.num_actions
+    return RewardModel(
+        hidden=(cfg.hidden,),
+        ensemble_size=cfg.ensemble_size,
+        num_agents=env.num_agents,
+        blocks=(s, s, o, a),
+        encoder_width=cfg.encoder_width,
+    )
+
+
+def agent_features(
+    env: ArrayEnv, state: Any, obs: jax.Array, actions: jax.Array, next_state: Any, next_obs
+) -> jax.Array:
+    """Per-agent inputs ``[..., N, 2S + D + A]`` of transitions with leading shape
+    ``actions.shape[:-1]`` (env states with the same leading axes)."""
+    lead = actions.shape[:-1]
+    flat = lambda x: x.reshape((-1, *x.shape[len(lead) :]))
+    vec = jax.vmap(env.state_vector)
+    s = vec(jax.tree.map(flat, state), flat(obs)).reshape((*lead, -1))
+    s_next = vec(jax.tree.map(flat, next_state), flat(next_obs)).reshape((*lead, -1))
+    n = actions.shape[-1]
+    bcast = lambda x: jnp.broadcast_to(x[..., None, :], (*lead, n, x.shape[-1]))
+    one_hot = jax.nn.one_hot(actions, env.num_actions, dtype=jnp.float32)
+    return jnp.concatenate([bcast(s), bcast(s_next), obs.astype(jnp.float32), one_hot], -1)
+
+
+def batch_features(env: ArrayEnv, batch: TransitionBatch) -> jax.Array:
+    return agent_features(
+        env, batch.state, batch.obs, batch.actions, batch.next_state, batch.next_obs
+    )
+
+
+def intrinsic_rewards(model: RewardModel, params: DPMParams, features: jax.Array) -> jax.Array:
+    """``[..., N]`` ensemble-mean rewards of per-agent features, scaled."""
+    return model.apply_agents(params.model, features) * params.scale
+
+
+def dpm_shaper(
+    env: ArrayEnv,
+    model: RewardModel,
+    params: DPMParams,
+    mode: CombineMode = CombineMode.add,
+    coef: float = 1.0,
+    feedback: Any = None,
+) -> Shaper:
+    def apply(p: DPMParams, batch: TransitionBatch) -> jax.Array:
+        return intrinsic_rewards(model, p, batch_features(env, batch))
+
+    return Shaper(
+        apply=apply,
+        params=params,
+        fields=("obs", "actions", "next_obs", "state", "next_state"),
+        mode=mode,
+        coef=coef,
+        name="dpm",
+        feedback=feedback,
+    )

@@ -1,0 +1,74 @@
+"""DPM's scripted teacher on SMAX: the authors' human criteria (appendix D.2) as arrays.
+
+- Trajectory comparison: the segment in which the allies keep more health while the
+  enemies lose more is preferred. A segment's value is the enemy team's health lost
+  minus the ally team's health lost between its first and last state (fractions of each
+  team's total, so in [-1, 1]); the prompt shows exactly those two states.
+- Agent comparison (one step): agents focusing fire rank high (an attack scores 2 plus
+  the number of other allies attacking the same enemy); a healthy agent (over half its
+  health) that does not attack although an enemy is in range ranks lowest (0); agents
+  that are hard to rank (dead, hurt and not attacking, or with no enemy in range) are
+  left unrated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from envs.array_env import ArrayEnv
+
+ATTACK_SCORE = 2.0
+HEALTHY = 0.5
+
+
+def require_smax(env: ArrayEnv):
+    raw = env.env
+    if not hasattr(raw, "num_allies") or not hasattr(raw, "_env"):
+        raise ValueError(
+            f"DPM's scripted teacher reads SMAX unit health and attacks; {type(raw).__name__} "
+            "is not a SMAX env (use an smax:<map> entry)"
+        )
+    return raw
+
+
+def _units(env_state: Any):
+    return getattr(env_state, "state", env_state)
+
+
+def health_fractions(env: ArrayEnv, env_state: Any) -> jax.Array:
+    """Each unit's health as a fraction of its type's maximum ``[U]`` (0 when dead)."""
+    raw = require_smax(env)
+    u = _units(env_state)
+    max_health = jnp.asarray(raw._env.unit_type_health)[u.unit_types]
+    return jnp.where(u.unit_alive, u.unit_health / max_health, 0.0)
+
+
+def segment_value(env: ArrayEnv, first: Any, last: Any) -> jax.Array:
+    """Enemy health lost minus ally health lost from ``first`` to ``last`` (team fractions)."""
+    n = require_smax(env).num_allies
+    h0, h1 = health_fractions(env, first), health_fractions(env, last)
+    ally_lost = (h0[:n] - h1[:n]).mean()
+    enemy_lost = (h0[n:] - h1[n:]).mean()
+    return enemy_lost - ally_lost
+
+
+def agent_contributions(env: ArrayEnv, env_state: Any, actions: jax.Array):
+    """``(scores [N], rated [N])`` of the allies' actions ``[N]`` in ``env_state``."""
+    raw = require_smax(env)
+    moves = raw._env.num_movement_actions  # 4 moves + stop; attacks follow
+    u = _units(env_state)
+    n = raw.num_allies
+    alive = u.unit_alive[:n]
+    healthy = health_fractions(env, env_state)[:n] > HEALTHY
+    avail = raw.get_avail_actions(env_state)
+    in_range = jnp.stack([jnp.asarray(avail[a])[moves:].any() for a in env.agents])
+    attacking = (actions >= moves) & alive
+    target = jnp.where(attacking, actions - moves, -1)
+    same = (target[:, None] == target[None, :]) & attacking[:, None] & attacking[None, :]
+    focus = same.sum(-1) - attacking  # other allies on the same enemy
+    scores = jnp.where(attacking, ATTACK_SCORE + focus, 0.0).astype(jnp.float32)
+    rated = attacking | (alive & healthy & in_range)
+    return scores, rated

@@ -1,0 +1,247 @@
+"""DPM: the scripted teacher's criteria, the reward net, feedback rounds, a run."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from jaxmarl_llm.config import ConfigError, build_config
+from jaxmarl_llm.methods.dpm import DPMConfig, DPMFeedback, DPMParams, reward_model
+from jaxmarl_llm.methods.dpm.teacher import agent_contributions, segment_value
+from jaxmarl_llm.preferences import RewardModel
+from jaxmarl_llm.runner import run_experiment
+
+STOP, ATTACK_0, ATTACK_1 = 4, 5, 6  # SMAX ally actions: 0-3 move, 4 stop, 5 + j attack j
+
+
+@pytest.fixture(scope="module")
+def smax():
+    aenv = envs.make_array_env("smax:3m")
+    _, state = aenv.reset(jax.random.PRNGKey(0))
+    # allies at x=14, enemies at x=17: every unit has an enemy within range 5
+    pos = jnp.array(
+        [[14.0, 15.0], [14.0, 16.0], [14.0, 17.0], [17.0, 15.0], [17.0, 16.0], [17.0, 17.0]]
+    )
+    return aenv, _units(state.env_state, unit_positions=pos)
+
+
+def _units(env_state, **fields):
+    return env_state.replace(state=env_state.state.replace(**fields))
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_teacher_ranks_focus_fire_over_lone_attacks_over_idle_healthy_agents(smax, jit):
+    aenv, s = smax
+    fn = lambda st, a: agent_contributions(aenv, st, a)
+    fn = jax.jit(fn) if jit else fn
+    contributions = lambda st, a: fn(st, jnp.asarray(a, jnp.int32))
+    # allies 0 and 1 fire at enemy 0 together, ally 2 stands still at full health
+    scores, rated = contributions(s, [ATTACK_0, ATTACK_0, STOP])
+    np.testing.assert_array_equal(scores, [3.0, 3.0, 0.0])
+    np.testing.assert_array_equal(rated, [True, True, True])
+    scores, rated = contributions(s, [ATTACK_0, ATTACK_1, STOP])
+    np.testing.assert_array_equal(scores, [2.0, 2.0, 0.0])
+    # a hurt agent that does not attack is hard to rank; a dead one is not ranked
+    hurt = _units(s, unit_health=s.state.unit_health.at[2].set(10.0))
+    assert not contributions(hurt, [ATTACK_0, ATTACK_0, STOP])[1][2]
+    dead = _units(s, unit_alive=s.state.unit_alive.at[1].set(False))
+    scores, rated = contributions(dead, [ATTACK_0, ATTACK_0, ATTACK_0])
+    np.testing.assert_array_equal(rated, [True, False, True])
+    np.testing.assert_array_equal(scores, [3.0, 0.0, 3.0])  # the dead ally is no partner
+    # no enemy in range and not attacking: unrated (the agent may be closing in)
+    far = _units(s, unit_positions=s.state.unit_positions.at[:3, 0].set(2.0))
+    assert not contributions(far, [STOP, STOP, STOP])[1].any()
+
+
+def test_segment_value_prefers_damage_dealt_over_damage_taken(smax):
+    aenv, s = smax
+    health = s.state.unit_health
+    enemy_hit = _units(s, unit_health=health.at[3].set(0.0).at[4].set(22.5))
+    ally_hit = _units(s, unit_health=health.at[0].set(22.5))
+    np.testing.assert_allclose(segment_value(aenv, s, enemy_hit), (1.0 + 0.5) / 3)
+    np.testing.assert_allclose(segment_value(aenv, s, ally_hit), -0.5 / 3)
+    assert float(segment_value(aenv, s, s)) == 0.0
+
+
+def test_reward_net_has_one_linear_encoder_per_input():
+    model = RewardModel(hidden=(16,), ensemble_size=3, num_agents=3, blocks=(5, 5, 4, 2))
+    params = model.init(jax.random.PRNGKey(0), 16)
+    inner = params["params"]
+    for i, width in enumerate((5, 5, 4, 2)):
+        assert inner[f"encoder_{i}"]["kernel"].shape == (3, 1, width, 16)
+    assert inner["Dense_0"]["kernel"].shape == (3, 1, 64, 16)  # hidden over 4 x 16
+    x = jax.random.normal(jax.random.PRNGKey(1), (7, 3, 16))
+    base = model.apply_agents(params, x)
+    assert base.shape == (7, 3)
+    for lo, hi in ((0, 5), (5, 10), (10, 14), (14, 16)):  # every block reaches the output
+        assert not np.allclose(model.apply_agents(params, x.at[..., lo:hi].add(1.0)), base)
+    with pytest.raises(ValueError, match="sum of blocks"):
+        model.apply_agents(params, x[..., :15])
+
+
+def _tiny(tmp_path, *over, rounds=2):
+    raw = {
+        "name": "dpm_tiny",
+        "env": {"name": "smax:3m", "kwargs": {"reward": "strong_sparse", "max_steps": 40}},
+        "algo": {
+            "name": "qmix",
+            "num_envs": 4,
+            "num_steps": 16,
+            "total_timesteps": 4 * 16 * 6,
+            "learning_starts": 64,
+            "batch_size": 4,
+            "buffer_size": 32,
+            "hidden_dim": 16,
+        },
+        "shaping": {
+            "name": "dpm",
+            "kwargs": {
+                "rounds": rounds,
+                "every": 2,
+                "labels_per_round": 10,
+                "segment_length": 4,
+                "collect_steps": 16,
+                "fit_steps": 20,
+                "batch_size": 8,
+            },
+        },
+    }
+    return build_config(
+        raw, [f"out_dir={tmp_path}", "num_seeds=2", "log_every=2", "progress=false", *over]
+    )
+
+
+def test_dpm_config_is_checked_when_it_loads(tmp_path):
+    with pytest.raises(ConfigError, match="preferences='dual'; valid choices: both, trajectory"):
+        _tiny(tmp_path, "shaping.kwargs.preferences=dual")
+    with pytest.raises(ConfigError, match="shaping.kwargs.label_per_round"):
+        _tiny(tmp_path, "shaping.kwargs.label_per_round=3")
+    cfg = _tiny(tmp_path)
+    cfg.env.name = "mpe:simple_spread_3"
+    cfg.env.kwargs = {}
+    with pytest.raises(ValueError, match="not a SMAX env"):
+        run_experiment(cfg)
+
+
+def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
+    result = run_experiment(_tiny(tmp_path / "run"))
+    rounds = json.loads((result.run_dir / "feedback.json").read_text())
+    assert sorted(rounds) == ["0", "1"]
+    for r in rounds.values():
+        assert r["labels"]["trajectory"] == 2 * 5  # 5 comparisons per seed and round
+        assert 0 <= r["labels"]["agent"] <= 2 * 5
+        assert all(np.isfinite(r["final_loss"])) and all(s > 0 for s in r["scale"])
+    assert rounds["1"]["labels_total_per_seed"]["trajectory"] == 10
+    # each round's labelled queries, for a resumed run to rebuild the datasets from
+    assert sorted(p.name for p in (result.run_dir / "dpm").iterdir()) == [
+        "round_0.npz",
+        "round_1.npz",
+    ]
+    p = result.state.shaper_params
+    assert p.scale.shape == (2,) and np.all(np.asarray(p.scale) > 0)
+
+
+def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
+    aenv, _ = smax
+    cfg = DPMConfig(rounds=3, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
+    model = reward_model(aenv, cfg)
+    feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
+    params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)  # two seeds
+    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+
+    first = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)
+    p0, _ = first.refit(0, batch, params)
+    p1, report = first.refit(1, batch, p0)
+    resumed = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)  # a new process
+    q1, again = resumed.refit(1, batch, p0)
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(q1), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert report["labels_total_per_seed"] == again["labels_total_per_seed"]
+    assert report["labels_total_per_seed"]["trajectory"] == 8  # 4 per round, 2 rounds
+    with pytest.raises(FileNotFoundError, match="labels of round 0, but .* does not hold them"):
+        DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path / "empty").refit(2, batch, p1)
+
+
+def _random_batch(aenv, steps, envs_, seeds):
+    """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play."""
+    from jaxmarl_llm.shaping import TransitionBatch
+
+    def play(key):
+        _, state = jax.vmap(aenv.reset)(jax.random.split(key, envs_))
+
+        def step(state, k):
+            k_act, k_env = jax.random.split(k)
+            avail = jax.vmap(aenv.avail_actions)(state)
+            actions = jax.vmap(aenv.random_actions)(jax.random.split(k_act, envs_), avail)
+            obs = jax.vmap(lambda s: aenv.stack_obs(aenv.env.get_obs(s.env_state)))(state)
+            res = jax.vmap(aenv.step)(jax.random.split(k_env, envs_), state, actions)
+            return res.state, TransitionBatch(
+                obs=obs,
+                actions=actions,
+                next_obs=res.terminal_obs,
+                reward=res.reward,
+                done=res.done,
+                state=state.env_state,
+                next_state=res.terminal_env_state,
+            )
+
+        return jax.lax.scan(step, state, jax.random.split(key, steps))[1]
+
+    return jax.jit(jax.vmap(play))(jax.random.split(jax.random.PRNGKey(3), seeds))
+
+
+def test_text_labels_through_the_scripted_backend_match_the_array_teacher(tmp_path, smax):
+    """The appendix E prompts, answered by the scripted teacher behind the text interface,
+    give the array teacher's labels (the prompt asks for every agent to be ranked, so the
+    text path also ranks those the array teacher leaves unrated); a second run replays
+    every answer from the store."""
+    aenv, _ = smax
+    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
+    model = reward_model(aenv, DPMConfig(**base))
+    feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
+    params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
+    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+
+    arrays = DPMFeedback(aenv, DPMConfig(**base), model, 0, tmp_path / "arrays")
+    text_cfg = DPMConfig(**base, labeler="backend")
+    texts = DPMFeedback(aenv, text_cfg, model, 0, tmp_path / "text")
+    _, ra = arrays.refit(0, batch, params)
+    pt, rt = texts.refit(0, batch, params)
+    a, t = arrays._new[0], texts._new[0]
+    np.testing.assert_array_equal(a["trajectory"].label, t["trajectory"].label)
+    np.testing.assert_array_equal(a["trajectory"].valid, t["trajectory"].valid)
+    rated = np.asarray(a["agent"].pair_valid)
+    assert rated.any() and np.all(np.asarray(t["agent"].pair_valid)[rated])
+    np.testing.assert_array_equal(
+        np.asarray(a["agent"].label)[rated], np.asarray(t["agent"].label)[rated]
+    )
+    report = rt["text"]["trajectory"]
+    assert report["queries"] == 2 * 4 and report["abstained"] == 0
+    assert ra["labels"]["trajectory"] == rt["labels"]["trajectory"]
+    replay = DPMConfig(**base, labeler="backend", cache_mode="replay")
+    again = DPMFeedback(aenv, replay, model, 0, tmp_path / "text")
+    pr, _ = again.refit(0, batch, params)
+    np.testing.assert_array_equal(jax.tree.leaves(pr)[0], jax.tree.leaves(pt)[0])
+
+
+def test_smax_scene_text_follows_the_papers_prompt(smax):
+    from envs import smax_text
+
+    aenv, s = smax
+    raw = aenv.env
+    info = smax_text.scenario_info(raw, s)
+    assert "Allied Team Agent Configuration : Three marines" in info
+    text = smax_text.scene(raw, s, [ATTACK_0, 1, STOP])
+    assert "- Ally Agent 1's Location : (14.0,15.0) / Ally Agent 1's Health : 45" in text
+    assert "* Ally Agent 1's Action : attack Enemy Agent 1" in text
+    assert "* Ally Agent 2's Action : move east" in text and "stop" in text
+    assert "- Enemy Agent 3's Location : (17.0,17.0) / Enemy Agent 3's Health 45" in text
+    dead = _units(s, unit_alive=s.state.unit_alive.at[3].set(False))
+    assert "Enemy Agent 1's Location : dead" in smax_text.scene(raw, dead)
+    subset = smax_text.scene(raw, s, [ATTACK_0, 1, STOP], agents=[0, 1])
+    assert "Ally Agent 3" not in subset and "Enemy Agent 3" in subset

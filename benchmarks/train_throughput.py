@@ -23,7 +23,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--algo", default="ippo", choices=["ippo", "mappo", "qmix", "vdn"])
+    p.add_argument("--algo", default="ippo", choices=["ippo", "mappo", "qmix", "vdn", "qplex"])
     p.add_argument("--env", default="mpe:simple_spread_3")
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--num-steps", type=int, default=None, help="steps per env per update")
@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
     cfg = build_config({"algo": {"name": args.algo}}, over + list(args.overrides))
     steps = cfg.algo.num_steps * cfg.algo.num_envs
     cfg.algo.total_timesteps = steps * args.updates
-    if args.algo in ("qmix", "vdn"):
+    if args.algo in ("qmix", "vdn", "qplex"):
         cfg.algo.learning_starts = 0  # measure the steady state: every update trains
         cfg.algo.batch_size = min(cfg.algo.batch_size, cfg.algo.buffer_size)
 
@@ -79,7 +79,7 @@ def main(argv=None) -> dict:
         "device": str(jax.devices()[0]),
         "jax": jax.__version__,
     }
-    if args.algo in ("qmix", "vdn"):
+    if args.algo in ("qmix", "vdn", "qplex"):
         from jaxmarl_llm.learners.qlearning import QLearning
 
         q = QLearning(cfg.algo, env, build_shaper(cfg.shaping, env))

@@ -48,6 +48,7 @@ class TeamReward(str, Enum):
 class Mixer(str, Enum):
     qmix = "qmix"
     vdn = "vdn"
+    qplex = "qplex"
 
 
 @dataclass
@@ -145,6 +146,7 @@ ALGO_SCHEMAS: dict[str, type] = {
     "mappo": PPOConfig,
     "qmix": QLearningConfig,
     "vdn": QLearningConfig,
+    "qplex": QLearningConfig,
 }
 
 

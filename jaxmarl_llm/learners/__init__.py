@@ -13,6 +13,7 @@ _MODULES = {
     "mappo": "jaxmarl_llm.learners.ppo",
     "qmix": "jaxmarl_llm.learners.qlearning",
     "vdn": "jaxmarl_llm.learners.qlearning",
+    "qplex": "jaxmarl_llm.learners.qlearning",
 }
 
 

@@ -1,7 +1,9 @@
 """Value-decomposition mixers: per-agent utilities ``[..., N]`` -> team value ``[...]``.
 
-Every mixer is a flax module called as ``mixer(agent_qs [..., N], state [..., S])``;
-mixers that ignore the state (VDN) still take it so the learner treats them alike.
+Every mixer is a flax module called as ``mixer(agent_qs [..., N], state [..., S],
+max_qs [..., N], actions [..., N, A])`` (``max_qs``: each agent's greedy utility,
+``actions``: the one-hot joint action); mixers that ignore some inputs (VDN the state,
+QMIX the greedy utilities and actions) still take them so the learner treats them alike.
 """
 
 from __future__ import annotations
@@ -13,22 +15,24 @@ from flax.linen.initializers import constant
 
 from jaxmarl_llm.learners.initializers import orthogonal
 
-MIXER_NAMES = ("qmix", "vdn")
+MIXER_NAMES = ("qmix", "vdn", "qplex")
 
 
 class VDNMixer(nn.Module):
     """Value decomposition networks (Sunehag et al., 2018): ``Q_tot = sum_i Q_i``."""
 
     @nn.compact
-    def __call__(self, agent_qs: jax.Array, state: jax.Array) -> jax.Array:
+    def __call__(self, agent_qs: jax.Array, state: jax.Array, max_qs=None, actions=None):
         return agent_qs.sum(-1)
 
 
-def _hypernet(out_dim: int, hidden_dim: int, scale: float, name: str) -> nn.Module:
-    def dense(d):
-        return nn.Dense(d, kernel_init=orthogonal(scale), bias_init=constant(0.0))
+def _hypernet(
+    out_dim: int, hidden_dim: int, scale: float, name: str, out_bias: float = 0.0
+) -> nn.Module:
+    def dense(d, bias=0.0):
+        return nn.Dense(d, kernel_init=orthogonal(scale), bias_init=constant(bias))
 
-    return nn.Sequential([dense(hidden_dim), nn.relu, dense(out_dim)], name=name)
+    return nn.Sequential([dense(hidden_dim), nn.relu, dense(out_dim, out_bias)], name=name)
 
 
 class QMixer(nn.Module):
@@ -45,7 +49,7 @@ class QMixer(nn.Module):
     init_scale: float = 0.001
 
     @nn.compact
-    def __call__(self, agent_qs: jax.Array, state: jax.Array) -> jax.Array:
+    def __call__(self, agent_qs: jax.Array, state: jax.Array, max_qs=None, actions=None):
         n, scale = agent_qs.shape[-1], self.init_scale
         state = jnp.broadcast_to(state, (*agent_qs.shape[:-1], state.shape[-1]))
         w1 = jnp.abs(_hypernet(n * self.embed_dim, self.hypernet_dim, scale, "hyper_w1")(state))
@@ -57,14 +61,63 @@ class QMixer(nn.Module):
         return jnp.einsum("...e,...e->...", hidden, w2) + v
 
 
+class QPLEXMixer(nn.Module):
+    """QPLEX (Wang et al., 2021): the duplex dueling mixer, which covers every joint value
+    consistent with the agents' greedy actions (IGM), monotonic or not.
+
+    Each utility becomes ``Q_i' = w_i(s) Q_i + b_i(s)`` (``w_i > 0``) and its greedy value
+    ``V_i' = w_i(s) max Q_i + b_i(s)``; then
+    ``Q_tot = sum_i V_i' + sum_i lambda_i(s, a) (Q_i' - V_i')`` with positive importance
+    weights ``lambda_i`` from ``num_heads`` attention-like heads over the state and the
+    joint action (pymarl2's DMAQ-Qatten "SI weight"). At the greedy joint action the
+    advantages vanish and ``Q_tot = sum_i V_i'``.
+    """
+
+    hypernet_dim: int = 64
+    num_heads: int = 4
+    init_scale: float = 0.001
+
+    @nn.compact
+    def __call__(self, agent_qs: jax.Array, state: jax.Array, max_qs=None, actions=None):
+        if max_qs is None or actions is None:
+            raise ValueError("the QPLEX mixer needs the greedy utilities and the joint action")
+        n, lead = agent_qs.shape[-1], agent_qs.shape[:-1]
+        state = jnp.broadcast_to(state, (*lead, state.shape[-1]))
+        hyper = lambda out, name, bias=0.0: _hypernet(
+            out, self.hypernet_dim, self.init_scale, name, bias
+        )
+        # w_i starts at 1 whatever the state's scale (a near-0 w would block the gradient
+        # to the agents' utilities), b_i at 0
+        w = jnp.abs(hyper(n, "hyper_w", 1.0)(state)) + 1e-10
+        b = hyper(n, "hyper_b")(state)
+        q, v = w * agent_qs + b, w * max_qs + b
+        adv = q - v
+        joint = jnp.concatenate([state, actions.reshape(*lead, -1).astype(state.dtype)], -1)
+        dense = lambda d, name: nn.Dense(
+            d, kernel_init=orthogonal(1.0), bias_init=constant(0.0), name=name
+        )
+        heads = self.num_heads
+        key = jnp.abs(dense(heads, "key")(state)) + 1e-10  # [..., K]
+        agents = nn.sigmoid(dense(heads * n, "agents")(state)).reshape(*lead, heads, n)
+        act = nn.sigmoid(dense(heads * n, "action")(joint)).reshape(*lead, heads, n)
+        lam = (key[..., None] * agents * act).sum(-2)  # [..., N], > 0
+        return v.sum(-1) + (lam * adv).sum(-1)
+
+
 def make_mixer(name: str, cfg=None) -> nn.Module:
-    """The mixer called ``name`` (``qmix`` or ``vdn``); ``cfg`` supplies
-    ``mixer_embed_dim``, ``mixer_hypernet_dim`` and ``mixer_init_scale`` (QMIX only;
-    defaults when None).
+    """The mixer called ``name`` (``qmix``, ``vdn`` or ``qplex``); ``cfg`` supplies
+    ``mixer_embed_dim``, ``mixer_hypernet_dim`` and ``mixer_init_scale`` (defaults when
+    None).
     """
     name = str(getattr(name, "value", name))
     if name == "vdn":
         return VDNMixer()
+    if name == "qplex":
+        if cfg is None:
+            return QPLEXMixer()
+        return QPLEXMixer(
+            hypernet_dim=int(cfg.mixer_hypernet_dim), init_scale=float(cfg.mixer_init_scale)
+        )
     if name == "qmix":
         if cfg is None:
             return QMixer()

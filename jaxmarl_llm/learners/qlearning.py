@@ -46,6 +46,7 @@ from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
 from jaxmarl_llm.learners.networks import AgentParams, ParamSharing, ResetGRU, with_agent_ids
 from jaxmarl_llm.learners.q_losses import (
     masked_argmax,
+    masked_max,
     masked_td_loss,
     next_agent_values,
     sequence_targets,
@@ -250,7 +251,13 @@ class QLearning:
             jnp.zeros((1, 1, self.in_dim)),
             jnp.zeros((1, 1), bool),
         )
-        mixer = self.mixer.init(r_mixer, jnp.zeros((n,)), jnp.zeros((self.env.world_state_dim,)))
+        mixer = self.mixer.init(
+            r_mixer,
+            jnp.zeros((n,)),
+            jnp.zeros((self.env.world_state_dim,)),
+            jnp.zeros((n,)),
+            jnp.zeros((n, self.env.num_actions)),
+        )
         return {"agent": agent, "mixer": mixer}
 
     def act(self, params, hidden, obs, avail, first, rng, epsilon):
@@ -306,12 +313,18 @@ class QLearning:
         _, q = self.agent_q(params["agent"], carry, tm.obs, resets)
         _, q_target = self.agent_q(target_params["agent"], carry, tm.obs, resets)
         chosen = jnp.take_along_axis(q, tm.actions[..., None], axis=-1)[..., 0]  # [T, B, N]
-        q_tot = self.mixer.apply(params["mixer"], chosen, tm.world_state)  # [T, B]
+        one_hot = jax.nn.one_hot(tm.actions, q.shape[-1])
+        greedy = jax.lax.stop_gradient(masked_max(q, tm.avail))  # QPLEX V_i (pymarl2 detaches)
+        q_tot = self.mixer.apply(params["mixer"], chosen, tm.world_state, greedy, one_hot)
 
         next_agent = next_agent_values(
             q_target[1:], jax.lax.stop_gradient(q[1:]), tm.avail[1:], self.double_q
         )
-        next_v = self.mixer.apply(target_params["mixer"], next_agent, tm.world_state[1:])
+        # the bootstrap action is the greedy one: its advantages are 0 under QPLEX
+        next_actions = jax.nn.one_hot(masked_argmax(q[1:], tm.avail[1:]), q.shape[-1])
+        next_v = self.mixer.apply(
+            target_params["mixer"], next_agent, tm.world_state[1:], next_agent, next_actions
+        )
         rewards = self.team_rewards(shaper_params, items).swapaxes(0, 1)
         targets, valid = sequence_targets(rewards, tm.done, next_v, self.gamma, self.td_lambda)
         chex.assert_equal_shape([q_tot, targets, valid])
@@ -466,7 +479,7 @@ class QLearning:
 
 
 def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
-    """QMIX (``cfg.name == 'qmix'``) or VDN (``'vdn'``) for ``env`` with ``shaper``."""
+    """QMIX, VDN or QPLEX (``cfg.name`` names the mixer) for ``env`` with ``shaper``."""
     return QLearning(cfg, env, shaper).learner()
 
 

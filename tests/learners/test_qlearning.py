@@ -1,4 +1,4 @@
-"""QMIX / VDN: a game only a monotonic mixer solves, masks, shaping at sample time,
+"""QMIX / VDN / QPLEX: a game only a monotonic (or richer) mixer solves, masks, shaping at sample time,
 no retracing, config checks."""
 
 import jax
@@ -50,7 +50,7 @@ def two_step():
     two seeds each, vmapped; the greedy team return per seed and the metrics."""
     env = envs.make_array_env("matrix:two_step")
     out = {}
-    for name in ("qmix", "vdn"):
+    for name in ("qmix", "vdn", "qplex"):
         q = QLearning(small_cfg(name=name), env, identity_shaper())
         state, metrics = jax.jit(jax.vmap(q.learner().train))(
             jax.random.split(jax.random.PRNGKey(0), 2)
@@ -66,6 +66,7 @@ def test_qmix_finds_the_optimum_vdn_does_not(two_step):
     # VDN's additive fit of stage 2B peaks at 6.5 < 7, so it settles for stage 2A.
     np.testing.assert_array_equal(two_step["vdn"][0], 7.0)
     np.testing.assert_array_equal(two_step["qmix"][0], 8.0)
+    np.testing.assert_array_equal(two_step["qplex"][0], 8.0)  # as expressive as QMIX here
 
 
 @pytest.mark.slow

@@ -1,0 +1,202 @@
+"""DPM's experiments on SMAX: the sparse-to-dense claim and the ablations of Fig. 5 and 8.
+
+    python experiments/dpm_figures.py main --maps 3m 2m_vs_1z   # DPM vs QMIX sparse / dense
+    python experiments/dpm_figures.py types                     # Fig. 5: both / trajectory / agent
+    python experiments/dpm_figures.py selection                 # Fig. 8b: Kendall tau vs random
+    python experiments/dpm_figures.py rounds                    # Fig. 8a: 2 / 5 / 10 rounds
+    python experiments/dpm_figures.py mixer                     # Fig. 8c: DPM on VDN / QPLEX
+    python experiments/dpm_figures.py subset --maps 8m          # Fig. 8d: 4 of 8 allies described
+
+Every curve is one ``run.py`` run (2 seeds vmapped by default) in ``runs/dpm/<figure>/<map>/``;
+a finished run is reused (delete its folder to rerun). Results: ``experiments/results/dpm/``
+(``<figure>.md`` table, ``<figure>_<map>.png`` win-rate curves) and the run summaries.
+Extra ``key=value`` arguments go to every run (e.g. ``algo.total_timesteps=1000000``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "experiments" / "results" / "dpm"
+FIGURES = ("main", "types", "selection", "rounds", "mixer", "subset")
+WIN_TARGET = 0.9
+
+
+def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
+    """(label, config, overrides) of every curve of ``figure`` on ``smax_map``."""
+    env = [f"env.name=smax:{smax_map}"]
+    dpm = ("DPM (QMIX, both, Kendall tau)", "dpm_smax_3m", env)
+    if figure == "main":
+        return [
+            dpm,
+            ("QMIX strong sparse", "qmix_smax_3m_strong_sparse", env),
+            ("QMIX dense", "qmix_smax_3m_dense", env),
+        ]
+    if figure == "types":
+        return [
+            dpm,
+            ("DPM trajectory only", "dpm_smax_3m", [*env, "shaping.kwargs.preferences=trajectory"]),
+            ("DPM agent only", "dpm_smax_3m", [*env, "shaping.kwargs.preferences=agent"]),
+        ]
+    if figure == "selection":
+        return [
+            dpm,
+            ("DPM random queries", "dpm_smax_3m", [*env, "shaping.kwargs.selection=random"]),
+        ]
+    if figure == "rounds":
+        return [
+            (f"DPM {r} rounds", "dpm_smax_3m", [*env, f"shaping.kwargs.rounds={r}"]) for r in (2, 5)
+        ] + [dpm]
+    if figure == "mixer":
+        vdn, qplex = [*env, "algo.name=vdn"], [*env, "algo.name=qplex"]
+        return [
+            dpm,
+            ("DPM (VDN)", "dpm_smax_3m", vdn),
+            ("DPM (QPLEX)", "dpm_smax_3m", qplex),
+            ("VDN strong sparse", "qmix_smax_3m_strong_sparse", vdn),
+        ]
+    if figure == "subset":
+        half = [*env, "shaping.kwargs.describe_agents=4"]
+        return [dpm, ("DPM, 4 allies ranked per step", "dpm_smax_3m", half)]
+    raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in label.lower()).strip("_")
+
+
+def _steps_to(run_dir: Path, target: float = WIN_TARGET) -> int | None:
+    """First env step at which the seeds' mean win rate reaches ``target``."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    header, data = load_metrics(run_dir / "metrics.csv")
+    cols = seed_columns(header, "win_rate")
+    mean = np.nanmean(np.stack([data[c] for c in cols], 1), 1)
+    hit = np.nonzero(mean >= target)[0]
+    return int(data["env_steps"][hit[0]]) if hit.size else None
+
+
+def _feedback_summary(run_dir: Path) -> dict:
+    path = run_dir / "feedback.json"
+    if not path.exists():
+        return {}
+    rounds = json.loads(path.read_text())
+    last = rounds[max(rounds, key=int)]
+    mean = lambda xs: sum(xs) / len(xs)
+    out = {
+        "rounds": len(rounds),
+        "labels_per_seed": last["labels_total_per_seed"],
+        "pearson_dense": mean(last["pearson_dense"]),
+    }
+    for kind in ("trajectory", "agent"):
+        if f"heldout_{kind}_agreement" in last:
+            out[f"heldout_{kind}"] = mean(last[f"heldout_{kind}_agreement"])
+    return out
+
+
+def run_figure(figure: str, maps: list[str], overrides: list[str], quiet: bool) -> list[dict]:
+    from jaxmarl_llm.config import load_config
+    from jaxmarl_llm.plotting import plot_runs
+    from jaxmarl_llm.runner import run_experiment
+
+    rows = []
+    for smax_map in maps:
+        dirs = {}
+        for label, config, extra in _variants(figure, smax_map):
+            out = ROOT / "runs" / "dpm" / figure / smax_map / _slug(label)
+            common = ["compare_with=[]", f"progress={not quiet}", *extra, *overrides]
+            if (out / "summary.json").exists():
+                summary = json.loads((out / "summary.json").read_text())
+            else:
+                ckpt = out / "checkpoints"
+                where = (
+                    f"resume={out}" if ckpt.exists() and any(ckpt.iterdir()) else f"out_dir={out}"
+                )
+                print(f"[{figure}/{smax_map}] {label}: {config} {' '.join(extra)}", flush=True)
+                summary = run_experiment(load_config(config, [*common, where])).summary
+            dirs[label] = out
+            rows.append(
+                {
+                    "figure": figure,
+                    "map": smax_map,
+                    "variant": label,
+                    "command": f"python experiments/run.py {config} {' '.join(extra)}".strip(),
+                    "win_rate_mean": summary.get("final_win_rate_mean"),
+                    "win_rate_per_seed": summary.get("final_win_rate_per_seed"),
+                    "steps_to_target": _steps_to(out),
+                    "env_steps": summary["env_steps"],
+                    "wall_s": summary["wall_s"],
+                    "env_steps_per_s": summary["env_steps_per_s"],
+                    "feedback_s": summary.get("feedback_s", 0.0),
+                    **_feedback_summary(out),
+                }
+            )
+            dest = RESULTS / figure / smax_map / _slug(label)
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in ("summary.json", "config.yaml", "curve.png", "feedback.json"):
+                if (out / name).exists():
+                    shutil.copy(out / name, dest / name)
+        plot_runs(
+            dirs,
+            RESULTS / f"{figure}_{smax_map}.png",
+            title=f"DPM {figure}: smax:{smax_map}",
+            metric="win_rate",
+        )
+    previous = RESULTS / f"{figure}.json"
+    if previous.exists():  # keep the rows of maps not rerun this time
+        rows = [r for r in json.loads(previous.read_text()) if r["map"] not in maps] + rows
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    previous.write_text(json.dumps(rows, indent=2))
+    (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
+    print(markdown_table(rows))
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    head = (
+        "| map | variant | final win rate (per seed) | steps to 0.9 | held-out agreement "
+        "traj. / agent | Pearson r_hat vs dense | env steps | steps/s | feedback s |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+    )
+    fmt = lambda x: "" if x is None else f"{x:.2f}"
+    lines = []
+    for r in rows:
+        seeds = ", ".join(f"{w:.2f}" for w in r["win_rate_per_seed"] or [])
+        steps = f"{r['steps_to_target']:,}" if r["steps_to_target"] is not None else "not reached"
+        agree = (
+            f"{fmt(r.get('heldout_trajectory'))} / {fmt(r.get('heldout_agent'))}"
+            if "rounds" in r
+            else ""
+        )
+        lines.append(
+            f"| {r['map']} | {r['variant']} | {fmt(r['win_rate_mean'])} ({seeds}) | {steps} "
+            f"| {agree} | {fmt(r.get('pearson_dense'))} | {r['env_steps']:,} "
+            f"| {r['env_steps_per_s']:,.0f} | {r['feedback_s']:.0f} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("figure", choices=FIGURES)
+    p.add_argument("--maps", nargs="+", default=None, help="SMAX maps (default: 3m; subset: 8m)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    args = p.parse_args(argv)
+    maps = args.maps or (["8m"] if args.figure == "subset" else ["3m"])
+    run_figure(args.figure, maps, args.overrides, args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,5 +1,5 @@
-"""QMIX / VDN / QPLEX: a game only a monotonic (or richer) mixer solves, masks, shaping at sample time,
-no retracing, config checks."""
+"""QMIX / VDN / QPLEX: a game only a monotonic (or richer) mixer solves, masks, shaping
+at sample time, no retracing, config checks."""
 
 import jax
 import jax.numpy as jnp

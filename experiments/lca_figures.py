@@ -106,6 +106,8 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
     for env in env_names:
         dirs = {}
         for label, config, extra in _variants(figure, env, args):
+            if args.only and args.only.lower() not in label.lower():
+                continue
             out = ROOT / "runs" / "lca" / figure / env / _slug(label)
             common = ["compare_with=[]", f"progress={not args.quiet}", *extra, *overrides]
             if (out / "summary.json").exists():
@@ -154,11 +156,17 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
             if feedback.exists():
                 shutil.copy(feedback, dest / "feedback.json")
         RESULTS.mkdir(parents=True, exist_ok=True)
-        plot_runs(dirs, RESULTS / f"{figure}_{env}.png", title=f"{figure}: {env}")
-    # keep the rows of environments not rerun this time
+        if not args.only:  # a partial rerun would draw only some of the curves
+            plot_runs(dirs, RESULTS / f"{figure}_{env}.png", title=f"{figure}: {env}")
+    # keep the rows of environments (with --only: of variants) not rerun this time
     previous = RESULTS / f"{figure}.json"
     if previous.exists():
-        kept = [r for r in json.loads(previous.read_text()) if r["env"] not in env_names]
+        new = {(r["env"], r["variant"]) for r in rows}
+        kept = [
+            r
+            for r in json.loads(previous.read_text())
+            if (r["env"] not in env_names) or (args.only and (r["env"], r["variant"]) not in new)
+        ]
         rows = sorted(kept + rows, key=lambda r: ENVS.index(r["env"]))
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
@@ -218,6 +226,9 @@ def main(argv=None) -> int:
         "--lm-pairs", type=int, default=None, help="pairs a language model labels (per env)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--only", default=None, help="run only the variants whose label contains this text"
+    )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every variant")
     args = p.parse_args(argv)
     if args.figure == "appendix":

@@ -166,12 +166,17 @@ def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
         DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path / "empty").refit(2, batch, p1)
 
 
-def _random_batch(aenv, steps, envs_, seeds):
-    """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play."""
+def _random_batch(aenv, steps, envs_, seeds, start=None):
+    """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play, from
+    resets or from the env state ``start`` (e.g. units already in range)."""
     from jaxmarl_llm.shaping import TransitionBatch
 
     def play(key):
         _, state = jax.vmap(aenv.reset)(jax.random.split(key, envs_))
+        if start is not None:
+            state = state.replace(
+                env_state=jax.tree.map(lambda x: jnp.broadcast_to(x, (envs_, *x.shape)), start)
+            )
 
         def step(state, k):
             k_act, k_env = jax.random.split(k)
@@ -245,3 +250,21 @@ def test_smax_scene_text_follows_the_papers_prompt(smax):
     assert "Enemy Agent 1's Location : dead" in smax_text.scene(raw, dead)
     subset = smax_text.scene(raw, s, [ATTACK_0, 1, STOP], agents=[0, 1])
     assert "Ally Agent 3" not in subset and "Enemy Agent 3" in subset
+
+
+def test_subset_prompts_rank_only_the_described_allies_and_small_rounds_are_refused(tmp_path, smax):
+    aenv, in_range = smax
+    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
+    cfg = DPMConfig(**base, describe_agents=2, labeler="backend")
+    model = reward_model(aenv, cfg)
+    feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
+    params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
+    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2, start=in_range)
+    fb = DPMFeedback(aenv, cfg, model, 0, tmp_path)
+    fb.refit(0, batch, params)
+    pairs = np.asarray(fb._new[0]["agent"].pair_valid)  # [seeds, K, N, N]
+    assert pairs.any() and not pairs[..., 2, :].any() and not pairs[..., :, 2].any()
+    big = DPMFeedback(aenv, DPMConfig(**{**base, "labels_per_round": 40}), model, 0, None)
+    with pytest.raises(ValueError, match="needs 40 segments .* raise shaping.kwargs.collect_steps"):
+        big.refit(0, batch, params)

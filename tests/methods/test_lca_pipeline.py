@@ -201,3 +201,32 @@ def test_scripted_pairs_need_a_scripted_policy():
         sample_transitions(_env(), jax.random.PRNGKey(0), 16, "scripted", 8)
     with pytest.raises(ValueError, match="scripted_epsilon"):
         LCAConfig.check(LCAConfig(scripted_epsilon=1.5))
+
+
+def test_labels_through_an_openai_compatible_endpoint_report_tokens(tmp_path):
+    """LCA ranks through the http backend (here a local OpenAI-compatible server whose
+    model always answers "2"): every pair is answered, and the tokens are accounted."""
+    from jaxmarl_llm.lm.backend import Backend, Completion
+    from jaxmarl_llm.lm.server import serve
+
+    class SaysTwo(Backend):
+        kind, model = "says_two", "two"
+
+        def generate(self, requests):
+            return [Completion("2", 7, 1) for _ in requests]
+
+    with serve(SaysTwo()) as url:
+        cfg = LCAConfig(
+            **{**SMALL, "num_pairs": 20, "fit_steps": 10},
+            labeler="backend",
+            backend="http",
+            backend_options={"base_url": url, "model": "two"},
+        )
+        res = prepare(_env(), cfg, seed=0, artifact_dir=tmp_path, progress=False)
+    r = res.report
+    assert r["backend"] == "http" and r["labeling"]["answered"] == 20
+    asked = r["cache"]["misses"]  # identical prompts are answered once, from the store
+    assert 0 < asked <= 20
+    assert r["usage"]["prompt_tokens"] == asked * 7 and r["usage"]["completion_tokens"] == asked
+    # "2" means the state shown second is better: half the prompts show s' first
+    assert 0.0 < float(np.mean(np.load(tmp_path / "pairs.npz")["confidence"])) < 1.0

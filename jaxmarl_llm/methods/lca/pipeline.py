@@ -129,6 +129,9 @@ def label_transitions(
         info["labeling"] = report.as_dict()
         if hasattr(backend, "stats"):
             info["cache"] = backend.stats()
+        usage = getattr(getattr(backend, "backend", backend), "usage", None)
+        if usage is not None:  # tokens and cost of an http backend
+            info["usage"] = usage.as_dict()
     info["label_seconds"] = time.perf_counter() - t0
     return conf, count, info
 

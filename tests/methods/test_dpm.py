@@ -134,6 +134,8 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
         assert r["labels"]["trajectory"] == 2 * 5  # 5 comparisons per seed and round
         assert 0 <= r["labels"]["agent"] <= 2 * 5
         assert all(np.isfinite(r["final_loss"])) and all(s > 0 for s in r["scale"])
+        for kind in ("trajectory", "agent"):  # random held-out queries, after the refit
+            assert all(0.0 <= a <= 1.0 for a in r[f"eval_{kind}_agreement"])
     assert rounds["1"]["labels_total_per_seed"]["trajectory"] == 10
     # each round's labelled queries, for a resumed run to rebuild the datasets from
     assert sorted(p.name for p in (result.run_dir / "dpm").iterdir()) == [

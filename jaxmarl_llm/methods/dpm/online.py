@@ -16,10 +16,12 @@ Fig. 8b ablation). The new labels join the seed's datasets (fixed capacity
 current parameters, and the reward is rescaled. Each round's labelled queries are written
 to ``<run>/dpm/round_K.npz`` so that a resumed run rebuilds the datasets from them.
 
-Before fitting, the previous ensemble is scored on the new labels: queries it has never
-seen, so the report's ``heldout_*_agreement`` is the held-out preference agreement of
-appendix B.1. ``pearson_dense`` correlates the ensemble's team reward with SMAX's dense
-reward (enemy health removed per step) over the round's transitions (appendix B.1).
+Before fitting, the previous ensemble is scored on the new labels (``heldout_*``: unseen,
+but picked because the ensemble disagrees on them, so biased low). After fitting it is
+scored on 100 random unseen queries of each kind labelled by the noise-free scripted
+teacher (``eval_*_agreement``: the held-out preference agreement of appendix B.1), and
+``pearson_dense`` correlates the ensemble's team reward with SMAX's dense reward (enemy
+health removed per step) over the round's transitions.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fraction
 from jaxmarl_llm.shaping.base import TransitionBatch
 
 TIE_MARGIN = 1e-3  # segment values closer than this are "equally preferable" (#0)
+EVAL_QUERIES = 100  # held-out queries of each kind per round (appendix B.1 uses 100 pairs)
 
 
 def _at(tree: Any, *index: int) -> Any:
@@ -104,47 +107,65 @@ class DPMFeedback:
 
         out: dict[str, Any] = {}
         t_len, e = consensus.shape
-        if self.k_agent:
-            scores, rated = _map_steps(
-                lambda s, a: agent_contributions(env, s, a), batch.state, batch.actions
-            )
-            if cfg.describe_agents:  # only the described allies are ranked
-                rated = rated & (jnp.arange(n) < cfg.describe_agents)
-            flat = lambda x: x.reshape(t_len * e, *x.shape[2:])
-            valid = flat(rated).sum(-1) >= 2
-            index, picked = select(k_agent_sel, flat(consensus), valid, self.k_agent)
-            pairs = agent_rankings(k_agent_lab, flat(scores)[index], self.noise)
+        scores, rated = _map_steps(
+            lambda s, a: agent_contributions(env, s, a), batch.state, batch.actions
+        )
+        if cfg.describe_agents:  # only the described allies are ranked
+            rated = rated & (jnp.arange(n) < cfg.describe_agents)
+        flat = lambda x: x.reshape(t_len * e, *x.shape[2:])
+        step_valid = flat(rated).sum(-1) >= 2
+
+        def agent_queries(k_lab, index, picked, noise):
+            pairs = agent_rankings(k_lab, flat(scores)[index], noise)
             r = flat(rated)[index]
             pairs = PairLabels(pairs.label, pairs.valid & r[:, :, None] & r[:, None, :])
-            out["agent"] = prefs.agent_ranking_dataset(flat(feats)[index], pairs, valid=picked)
+            return prefs.agent_ranking_dataset(flat(feats)[index], pairs, valid=picked)
+
+        seg = cfg.segment_length
+        w = t_len // seg
+        split = lambda x: jnp.swapaxes(x[: w * seg].reshape(w, seg, e, *x.shape[2:]), 1, 2)
+        # [W, E, L, ...] -> candidates [W * E, L, ...]
+        cands = lambda x: split(x).reshape(w * e, seg, *x.shape[2:])
+        seg_valid = ~cands(batch.done)[:, :-1].any(-1)
+        first = jax.tree.map(lambda x: cands(x)[:, 0], batch.state)
+        last = jax.tree.map(lambda x: cands(x)[:, -1], batch.next_state)
+        seg_value = jax.vmap(lambda a, b: segment_value(env, a, b))(first, last)
+        seg_feats = cands(feats)
+
+        def trajectory_queries(k_lab, index, picked, noise):
+            half = index.shape[0] // 2
+            a, b = index[:half], index[half:]
+            labels = pair_preferences(k_lab, seg_value[a], seg_value[b], noise)
+            both = picked[:half] & picked[half:]
+            labels = PairLabels(labels.label, labels.valid & both)
+            return prefs.segment_pairs(seg_feats[a], seg_feats[b], labels), a, b, both
+
+        if self.k_agent:
+            index, picked = select(k_agent_sel, flat(consensus), step_valid, self.k_agent)
+            out["agent"] = agent_queries(k_agent_lab, index, picked, self.noise)
             out["agent_query"] = {"index": index, "picked": picked, "scores": flat(scores)[index]}
         if self.k_traj:
-            seg = cfg.segment_length
-            w = t_len // seg
-            split = lambda x: jnp.swapaxes(x[: w * seg].reshape(w, seg, e, *x.shape[2:]), 1, 2)
-            # [W, E, L, ...] -> candidates [W * E, L, ...]
-            cands = lambda x: split(x).reshape(w * e, seg, *x.shape[2:])
-            done = cands(batch.done)
-            valid = ~done[:, :-1].any(-1)
             seg_cons = prefs.trajectory_consensus(cands(consensus))
-            index, picked = select(k_traj_sel, seg_cons, valid, 2 * self.k_traj)
-            first = jax.tree.map(lambda x: cands(x)[:, 0], batch.state)
-            last = jax.tree.map(lambda x: cands(x)[:, -1], batch.next_state)
-            value = jax.vmap(lambda a, b: segment_value(env, a, b))(first, last)[index]
-            a, b = index[: self.k_traj], index[self.k_traj :]
-            va, vb = value[: self.k_traj], value[self.k_traj :]
-            labels = pair_preferences(k_traj_lab, va, vb, self.noise)
-            labels = PairLabels(
-                labels.label, labels.valid & picked[: self.k_traj] & picked[self.k_traj :]
+            index, picked = select(k_traj_sel, seg_cons, seg_valid, 2 * self.k_traj)
+            out["trajectory"], a, b, both = trajectory_queries(
+                k_traj_lab, index, picked, self.noise
             )
-            seg_feats = cands(feats)
-            out["trajectory"] = prefs.segment_pairs(seg_feats[a], seg_feats[b], labels)
             out["trajectory_query"] = {
                 "a": a,
                 "b": b,
-                "values": jnp.stack([va, vb], -1),
-                "picked": picked[: self.k_traj] & picked[self.k_traj :],
+                "values": jnp.stack([seg_value[a], seg_value[b]], -1),
+                "picked": both,
             }
+        # Held-out evaluation (appendix B.1): random queries of both kinds, labelled by the
+        # noise-free scripted teacher, never trained on.
+        k_ea, k_et, k_la, k_lt = jax.random.split(jax.random.fold_in(key, 0xE7A1), 4)
+        exact = TeacherNoise(equal_margin=TIE_MARGIN)
+        num = min(EVAL_QUERIES, t_len * e)
+        index, picked = prefs.select_uniform(k_ea, step_valid, num)
+        out["eval"] = {"agent": agent_queries(k_la, index, picked, exact)}
+        num = min(EVAL_QUERIES, (w * e) // 2)
+        index, picked = prefs.select_uniform(k_et, seg_valid, 2 * num)
+        out["eval"]["trajectory"] = trajectory_queries(k_lt, index, picked, exact)[0]
 
         # SMAX's dense reward of each step (enemy health removed / enemies), for pearson_dense
         def dense(s, s_next):
@@ -342,6 +363,7 @@ class DPMFeedback:
             std = raw.reshape(seeds, -1).std(-1)
             fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(std, 1e-6))
         after = self._eval_fn(fitted, new, q["features"], q["dense"])
+        held_out = self._eval_fn(fitted, q["eval"], q["features"], q["dense"])
         jax.block_until_ready(fitted)
         fit_s = time.perf_counter() - t1
 
@@ -367,6 +389,8 @@ class DPMFeedback:
         }
         if text_report is not None:
             report["text"] = text_report
+        for k in ("trajectory", "agent"):  # after the refit, on random unseen queries
+            report[f"eval_{k}_agreement"] = host(held_out[k])
         for k in new:
             report[f"heldout_{k}_agreement"] = host(heldout[k])
             report[f"train_{k}_agreement"] = host(after[k])

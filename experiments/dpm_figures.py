@@ -97,8 +97,12 @@ def _feedback_summary(run_dir: Path) -> dict:
         "pearson_dense": mean(last["pearson_dense"]),
     }
     for kind in ("trajectory", "agent"):
-        if f"heldout_{kind}_agreement" in last:
-            out[f"heldout_{kind}"] = mean(last[f"heldout_{kind}_agreement"])
+        # random unseen queries after the last refit (older runs: the selected ones before it)
+        for key in (f"eval_{kind}_agreement", f"heldout_{kind}_agreement"):
+            if key in last:
+                out[f"heldout_{kind}"] = mean(last[key])
+                out[f"heldout_{kind}_kind"] = key.split("_")[0]
+                break
     return out
 
 

@@ -8,7 +8,9 @@ jaxmarl's defaults otherwise; any kwarg to ``make`` overrides them (e.g. ``max_s
 Maps: every scenario in jaxmarl's ``MAP_NAME_TO_SCENARIO`` at import time (3m, 8m, 25m,
 2s3z, 3s5z, 5m_vs_6m, 10m_vs_11m, 27m_vs_30m, 3s5z_vs_3s6z, 3s_vs_5z, 6h_vs_8z and the
 SMACv2-style ``smacv2_{5,10,20}_units``), plus ``2m_vs_1z`` and ``3s_vs_3z`` built here
-from SMAX unit types. Each entry reports a win (all enemies dead, at least one ally
+from SMAX unit types, and DPM's SMACv2 maps with one unit type per race and SMACv2's
+random start positions: ``terran_5_vs_5`` (marines), ``protoss_5_vs_5`` (stalkers),
+``zerg_5_vs_5`` (hydralisks). Each entry reports a win (all enemies dead, at least one ally
 alive), jaxmarl's world state as the centralized state, and groups the allies by unit
 type (one group on the random-unit SMACv2 maps).
 
@@ -70,12 +72,12 @@ MARINE, MARAUDER, STALKER, ZEALOT, ZERGLING, HYDRALISK = range(6)
 BASELINE_KWARGS = {"see_enemy_actions": True, "walls_cause_death": True, "attack_mode": "closest"}
 
 
-def _fixed_scenario(allies: list[int], enemies: list[int]) -> Scenario:
+def _fixed_scenario(allies: list[int], enemies: list[int], random_positions=False) -> Scenario:
     return Scenario(
         jnp.array(allies + enemies, dtype=jnp.uint8),
         len(allies),
         len(enemies),
-        False,
+        random_positions,  # SMACv2's surround-or-reflect start positions
         False,
     )
 
@@ -83,6 +85,10 @@ def _fixed_scenario(allies: list[int], enemies: list[int]) -> Scenario:
 EXTRA_SCENARIOS: dict[str, Scenario] = {
     "2m_vs_1z": _fixed_scenario([MARINE] * 2, [ZEALOT]),
     "3s_vs_3z": _fixed_scenario([STALKER] * 3, [ZEALOT] * 3),
+    # SMACv2 5 vs 5 with one unit type per race, as DPM runs them (appendix A.1.2)
+    "terran_5_vs_5": _fixed_scenario([MARINE] * 5, [MARINE] * 5, random_positions=True),
+    "protoss_5_vs_5": _fixed_scenario([STALKER] * 5, [STALKER] * 5, random_positions=True),
+    "zerg_5_vs_5": _fixed_scenario([HYDRALISK] * 5, [HYDRALISK] * 5, random_positions=True),
 }
 
 

@@ -35,7 +35,7 @@ def _with_units(state, **fields):
 def test_maps_registered():
     required = {
         "3m", "8m", "2s3z", "5m_vs_6m", "3s_vs_5z", "2m_vs_1z", "3s_vs_3z",
-        "smacv2_5_units", "smacv2_10_units",
+        "smacv2_5_units", "smacv2_10_units", "terran_5_vs_5", "protoss_5_vs_5", "zerg_5_vs_5",
     }  # fmt: skip
     names = set(envs.names())
     for m in required | set(MAP_NAME_TO_SCENARIO):
@@ -246,3 +246,16 @@ def test_reward_settings_follow_dpm_table_1():
     assert (dense_r[~won, 0] > 0).any() and (strong_r[~won] == 0).all()
     with pytest.raises(ValueError, match="unknown SMAX reward setting 'sparse'"):
         envs.make("smax:3m", reward="sparse")
+
+
+@pytest.mark.parametrize(
+    "name, unit", [("terran_5_vs_5", 0), ("protoss_5_vs_5", 2), ("zerg_5_vs_5", 5)]
+)
+def test_dpm_smacv2_maps_fix_the_unit_type_and_draw_start_positions(name, unit):
+    aenv = envs.make_array_env(f"smax:{name}")
+    assert aenv.num_agents == 5
+    reset = jax.jit(aenv.reset)
+    a = reset(jax.random.PRNGKey(0))[1].env_state.state
+    b = reset(jax.random.PRNGKey(1))[1].env_state.state
+    assert (np.asarray(a.unit_types) == unit).all() and (np.asarray(b.unit_types) == unit).all()
+    assert not np.allclose(a.unit_positions, b.unit_positions)

@@ -41,7 +41,12 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
     if figure == "types":
         return [
             dpm,
-            ("DPM trajectory only", "dpm_smax_3m", [*env, "shaping.kwargs.preferences=trajectory"]),
+            (
+                "DPM trajectory only",
+                "dpm_smax_3m",
+                # 150 comparisons a round need 300 segments: twice the steps collected
+                [*env, "shaping.kwargs.preferences=trajectory", "shaping.kwargs.collect_steps=512"],
+            ),
             ("DPM agent only", "dpm_smax_3m", [*env, "shaping.kwargs.preferences=agent"]),
         ]
     if figure == "selection":

@@ -243,7 +243,7 @@ def run_experiment(
     chunk = int(cfg.log_every)
     feedback = shaper.feedback
     if feedback is not None and feedback.rounds:
-        check_feedback(feedback, learner, chunk, cfg.algo.name)
+        check_feedback(feedback, learner, chunk, cfg.algo.name, int(cfg.algo.num_envs))
         collect = jax.jit(jax.vmap(learner.collect, in_axes=(0, 0, None)), static_argnums=2)
 
     init = jax.jit(jax.vmap(learner.init))

@@ -38,8 +38,12 @@ def due_round(feedback: Feedback | None, updates_done: int, total_updates: int) 
     return index if index < feedback.rounds else None
 
 
-def check_feedback(feedback: Feedback, learner: Any, log_every: int, algo: str) -> None:
-    """Refuse a run whose learner or chunking cannot host the feedback rounds."""
+def check_feedback(
+    feedback: Feedback, learner: Any, log_every: int, algo: str, num_envs: int | None = None
+) -> None:
+    """Refuse a run whose learner or chunking cannot host the feedback rounds (and, where
+    the feedback has a ``validate(num_envs)``, one whose rounds would collect too little),
+    before anything is compiled or trained."""
     if learner.collect is None:
         raise ValueError(
             f"online feedback needs a learner that can play its current policy; algo {algo!r} "
@@ -50,3 +54,6 @@ def check_feedback(feedback: Feedback, learner: Any, log_every: int, algo: str) 
             f"online feedback every {feedback.every} updates must be a multiple of "
             f"log_every={log_every} (feedback runs between chunks)"
         )
+    validate = getattr(feedback, "validate", None)
+    if validate is not None and num_envs is not None:
+        validate(num_envs)

@@ -119,6 +119,9 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.preferences=dual")
     with pytest.raises(ConfigError, match="shaping.kwargs.label_per_round"):
         _tiny(tmp_path, "shaping.kwargs.label_per_round=3")
+    with pytest.raises(ValueError, match="needs 60 segments .* raise shaping.kwargs.collect_steps"):
+        run_experiment(_tiny(tmp_path / "small", "shaping.kwargs.labels_per_round=60"))
+    assert not (tmp_path / "small" / "checkpoints").exists()  # refused before training
     cfg = _tiny(tmp_path)
     cfg.env.name = "mpe:simple_spread_3"
     cfg.env.kwargs = {}

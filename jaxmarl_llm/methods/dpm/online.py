@@ -324,6 +324,10 @@ class DPMFeedback:
         reports["seconds"] = time.perf_counter() - t0
         return out, reports
 
+    def validate(self, num_envs: int) -> None:
+        """Called by the runner before training: will each round find enough candidates?"""
+        self._check_candidates(self.collect_steps, num_envs)
+
     def _check_candidates(self, steps: int, num_envs: int) -> None:
         segments = (steps // self.cfg.segment_length) * num_envs
         if segments < 2 * self.k_traj or steps * num_envs < self.k_agent:

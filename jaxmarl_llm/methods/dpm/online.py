@@ -85,9 +85,7 @@ class DPMFeedback:
         fit_cfg = prefs.FitConfig(
             num_steps=cfg.fit_steps, batch_size=cfg.batch_size, learning_rate=cfg.lr
         )
-        self._fit_fn = jax.jit(
-            jax.vmap(lambda p, d, k: prefs.fit(model, p, d, k, fit_cfg)), donate_argnums=()
-        )
+        self._fit_fn = jax.jit(jax.vmap(lambda p, d, k: prefs.fit(model, p, d, k, fit_cfg)))
         self._eval_fn = jax.jit(jax.vmap(self._evaluate))
 
     # ----- queries (pure; vmapped over seeds) -------------------------------------------

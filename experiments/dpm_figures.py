@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "experiments" / "results" / "dpm"
 FIGURES = ("main", "types", "selection", "rounds", "mixer", "subset")
-WIN_TARGET = 0.9
+WIN_TARGETS = (0.5, 0.9)  # "steps to" columns: a midway mark and the paper's target
 
 
 def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
@@ -76,16 +76,18 @@ def _slug(label: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in label.lower()).strip("_")
 
 
-def _steps_to(run_dir: Path, target: float = WIN_TARGET) -> int | None:
-    """First env step at which the seeds' mean win rate reaches ``target``."""
+def _steps_to(run_dir: Path, target: float, window: int = 10) -> int | None:
+    """First env step at which the seeds' mean win rate, averaged over the last
+    ``window`` logged updates (one update's few dozen episodes are noisy), reaches ``target``."""
     import numpy as np
 
     from jaxmarl_llm.plotting import load_metrics, seed_columns
 
     header, data = load_metrics(run_dir / "metrics.csv")
     cols = seed_columns(header, "win_rate")
-    mean = np.nanmean(np.stack([data[c] for c in cols], 1), 1)
-    hit = np.nonzero(mean >= target)[0]
+    mean = np.nan_to_num(np.nanmean(np.stack([data[c] for c in cols], 1), 1))
+    rolling = np.convolve(mean, np.ones(window) / window)[: mean.size]
+    hit = np.nonzero(rolling >= target)[0]
     return int(data["env_steps"][hit[0]]) if hit.size else None
 
 
@@ -140,7 +142,7 @@ def run_figure(figure: str, maps: list[str], overrides: list[str], quiet: bool) 
                     "command": f"python experiments/run.py {config} {' '.join(extra)}".strip(),
                     "win_rate_mean": summary.get("final_win_rate_mean"),
                     "win_rate_per_seed": summary.get("final_win_rate_per_seed"),
-                    "steps_to_target": _steps_to(out),
+                    "steps_to": {str(t): _steps_to(out, t) for t in WIN_TARGETS},
                     "env_steps": summary["env_steps"],
                     "wall_s": summary["wall_s"],
                     "env_steps_per_s": summary["env_steps_per_s"],
@@ -171,7 +173,7 @@ def run_figure(figure: str, maps: list[str], overrides: list[str], quiet: bool) 
 
 def markdown_table(rows: list[dict]) -> str:
     head = (
-        "| map | variant | final win rate (per seed) | steps to 0.9 | held-out agreement "
+        "| map | variant | final win rate (per seed) | steps to 0.5 / 0.9 | held-out agreement "
         "traj. / agent | Pearson r_hat vs dense | env steps | steps/s | feedback s |\n"
         "|---|---|---|---|---|---|---|---|---|\n"
     )
@@ -179,7 +181,9 @@ def markdown_table(rows: list[dict]) -> str:
     lines = []
     for r in rows:
         seeds = ", ".join(f"{w:.2f}" for w in r["win_rate_per_seed"] or [])
-        steps = f"{r['steps_to_target']:,}" if r["steps_to_target"] is not None else "not reached"
+        steps = " / ".join(
+            f"{v:,}" if v is not None else "not reached" for v in r["steps_to"].values()
+        )
         agree = (
             f"{fmt(r.get('heldout_trajectory'))} / {fmt(r.get('heldout_agent'))}"
             if "rounds" in r

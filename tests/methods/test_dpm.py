@@ -273,3 +273,27 @@ def test_subset_prompts_rank_only_the_described_allies_and_small_rounds_are_refu
     big = DPMFeedback(aenv, DPMConfig(**{**base, "labels_per_round": 40}), model, 0, None)
     with pytest.raises(ValueError, match="needs 40 segments .* raise shaping.kwargs.collect_steps"):
         big.refit(0, batch, params)
+
+
+def _figures():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "experiments" / "dpm_figures.py"
+    spec = importlib.util.spec_from_file_location("dpm_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_figure_variant_is_a_valid_config():
+    from jaxmarl_llm.config import load_config
+
+    figures = _figures()
+    for figure in figures.FIGURES:
+        for smax_map in ("3m", "8m"):
+            for label, config, extra in figures._variants(figure, smax_map):
+                cfg = load_config(config, ["compare_with=[]", *extra])  # ConfigError if bad
+                assert cfg.env.name == f"smax:{smax_map}", label
+    with pytest.raises(ValueError, match="unknown figure 'fig9'"):
+        figures._variants("fig9", "3m")

@@ -297,3 +297,42 @@ def test_every_figure_variant_is_a_valid_config():
                 assert cfg.env.name == f"smax:{smax_map}", label
     with pytest.raises(ValueError, match="unknown figure 'fig9'"):
         figures._variants("fig9", "3m")
+
+
+def test_queries_through_an_openai_compatible_endpoint_count_tokens(tmp_path, smax):
+    """DPM's two prompts through the http backend (a local server whose model prefers
+    trajectory 1 and ranks the agents 1 > 2 > 3): parsed into labels, tokens counted."""
+    from jaxmarl_llm.lm.backend import Backend, Completion
+    from jaxmarl_llm.lm.server import serve
+
+    class Fixed(Backend):
+        kind, model = "fixed", "fixed"
+
+        def generate(self, requests):
+            ranking = "Rank #1 : {1}\nRank #2 : {2}\nRank #3 : {3}"
+            return [
+                Completion("#1" if "[Trajectory 1]" in r.prompt else ranking, 11, 2)
+                for r in requests
+            ]
+
+    aenv, in_range = smax
+    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
+    batch = _random_batch(aenv, steps=8, envs_=4, seeds=1, start=in_range)
+    with serve(Fixed()) as url:
+        options = {"base_url": url, "model": "fixed"}
+        cfg = DPMConfig(**base, labeler="backend", backend="http", backend_options=options)
+        model = reward_model(aenv, cfg)
+        feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
+        params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+        params = jax.tree.map(lambda x: x[None], params)
+        fb = DPMFeedback(aenv, cfg, model, 0, tmp_path)
+        _, report = fb.refit(0, batch, params)
+    text = report["text"]
+    asked = text["trajectory"]["queries"] + text["agent"]["queries"]
+    assert text["usage"]["prompt_tokens"] <= 11 * asked and text["usage"]["prompt_tokens"] > 0
+    new = fb._new[0]
+    traj = np.asarray(new["trajectory"].label)[np.asarray(new["trajectory"].valid)]
+    assert traj.size and (traj == 1.0).all()
+    agent = new["agent"]
+    valid = np.asarray(agent.pair_valid)
+    assert valid.any() and (np.asarray(agent.label)[..., 0, 1][valid[..., 0, 1]] == 1.0).all()

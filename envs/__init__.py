@@ -5,6 +5,7 @@
 """
 
 from envs import (
+    lbf,  # noqa: F401
     matrix_game,  # noqa: F401
     mpe,  # noqa: F401  (registers entries)
     overcooked,  # noqa: F401

@@ -1,0 +1,212 @@
+"""Level-Based Foraging (Papoudakis et al., 2021) in JAX: YOLO-MARL's sparse-reward task.
+
+Agents and food items sit on a grid, each with a level. Actions: ``NONE, NORTH, SOUTH,
+WEST, EAST, LOAD``. Each step, as in ``lbforaging``:
+
+1. A move into a wall, off the grid or onto a food cell is void; moves of agents that
+   pick the same target cell are void (collisions); a move onto a cell an agent is
+   leaving is allowed only if that agent really leaves it.
+2. Every food with agents choosing ``LOAD`` next to it (4-neighbourhood, positions
+   before the moves) is collected when the sum of those agents' levels reaches the
+   food's level. Each loading agent then gets
+   ``level_i * food_level / (sum of the loaders' levels * sum of all food levels)``,
+   so a team that collects everything earns 1 in all.
+3. The episode ends when every food is collected or after ``max_steps`` steps.
+
+``lbf:8x8-2p-2f-coop`` is the paper's scenario (``Foraging-8x8-2p-2f-coop-v2``): 8x8 grid,
+2 agents of level 1 or 2, 2 food items whose level is the sum of the agents' levels, so
+both agents must load together; full observability; 50 steps. Food never spawns on the
+border or next to other food; agents spawn on free cells.
+
+Observation of agent ``i`` (``lbforaging``'s vector form): for each food ``(row, col,
+level)`` (``(-1, -1, 0)`` once collected), then for each agent, itself first,
+``(row, col, level)``.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jaxmarl.environments.multi_agent_env import MultiAgentEnv
+from jaxmarl.environments.spaces import Box, Discrete
+
+from envs.registry import EnvSpec, register
+
+NONE, NORTH, SOUTH, WEST, EAST, LOAD = range(6)
+ACTION_NAMES = ("NONE", "NORTH", "SOUTH", "WEST", "EAST", "LOAD")
+MOVES = jnp.array([[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1], [0, 0]], jnp.int32)
+
+
+@struct.dataclass
+class LBFState:
+    agent_pos: chex.Array  # [N, 2] int32 (row, col)
+    agent_level: chex.Array  # [N] int32
+    food_pos: chex.Array  # [F, 2] int32
+    food_level: chex.Array  # [F] int32
+    food_alive: chex.Array  # [F] bool
+    step: chex.Array  # [] int32
+
+
+class LevelBasedForaging(MultiAgentEnv):
+    def __init__(
+        self,
+        grid_size: int = 8,
+        num_agents: int = 2,
+        num_food: int = 2,
+        max_agent_level: int = 2,
+        force_coop: bool = True,
+        max_steps: int = 50,
+    ):
+        super().__init__(num_agents)
+        if grid_size < 4 or num_food < 1 or max_agent_level < 1 or max_steps < 1:
+            raise ValueError("need grid_size >= 4, num_food >= 1, levels >= 1, max_steps >= 1")
+        inner = (grid_size - 2) ** 2
+        if num_food > inner // 4 or num_agents + num_food > grid_size**2 // 2:
+            raise ValueError(
+                f"{num_food} food and {num_agents} agents do not fit a {grid_size}^2 grid"
+            )
+        self.grid_size, self.num_food = grid_size, num_food
+        self.max_agent_level, self.force_coop = max_agent_level, force_coop
+        self.max_steps = max_steps
+        self.obs_dim = 3 * (num_food + num_agents)
+        self.observation_spaces = {
+            a: Box(-1.0, float(max(grid_size, max_agent_level * num_agents)), (self.obs_dim,))
+            for a in self.agents
+        }
+        self.action_spaces = {a: Discrete(6) for a in self.agents}
+
+    # ----- spawning ---------------------------------------------------------------------
+    def _spawn_food(self, key) -> chex.Array:
+        """Food cells off the border and not 8-adjacent to each other."""
+        g = self.grid_size
+
+        def place(carry, k):
+            taken, i = carry
+            row = jnp.arange(g)[:, None]
+            col = jnp.arange(g)[None, :]
+            inner = (row > 0) & (row < g - 1) & (col > 0) & (col < g - 1)
+            near = jax.lax.reduce_window(
+                taken.astype(jnp.int32), 0, jax.lax.add, (3, 3), (1, 1), "SAME"
+            )
+            free = inner & (near == 0)
+            cell = jax.random.categorical(k, jnp.where(free.ravel(), 0.0, -jnp.inf))
+            taken = taken.at[cell // g, cell % g].set(True)
+            return (taken, i + 1), jnp.stack([cell // g, cell % g])
+
+        taken = jnp.zeros((g, g), bool)
+        _, pos = jax.lax.scan(place, (taken, 0), jax.random.split(key, self.num_food))
+        return pos.astype(jnp.int32)
+
+    def reset(self, key):
+        k_food, k_agents, k_levels = jax.random.split(key, 3)
+        g = self.grid_size
+        food_pos = self._spawn_food(k_food)
+        occupied = jnp.zeros((g * g,), bool).at[food_pos[:, 0] * g + food_pos[:, 1]].set(True)
+        cells = jax.random.choice(
+            k_agents, g * g, (self.num_agents,), replace=False, p=~occupied / (~occupied).sum()
+        )
+        agent_pos = jnp.stack([cells // g, cells % g], -1).astype(jnp.int32)
+        agent_level = jax.random.randint(
+            k_levels, (self.num_agents,), 1, self.max_agent_level + 1, jnp.int32
+        )
+        if self.force_coop:
+            food_level = jnp.full((self.num_food,), agent_level.sum(), jnp.int32)
+        else:
+            food_level = jax.random.randint(
+                jax.random.fold_in(k_levels, 1), (self.num_food,), 1, agent_level.sum() + 1
+            ).astype(jnp.int32)
+        state = LBFState(
+            agent_pos=agent_pos,
+            agent_level=agent_level,
+            food_pos=food_pos,
+            food_level=food_level,
+            food_alive=jnp.ones((self.num_food,), bool),
+            step=jnp.zeros((), jnp.int32),
+        )
+        return self.get_obs(state), state
+
+    # ----- dynamics ---------------------------------------------------------------------
+    def adjacent(self, state: LBFState) -> chex.Array:
+        """``[N, F]``: agent ``i`` is next to (4-neighbourhood) living food ``f``."""
+        d = jnp.abs(state.agent_pos[:, None, :] - state.food_pos[None, :, :]).sum(-1)
+        return (d == 1) & state.food_alive[None, :]
+
+    def step_env(self, key, state: LBFState, actions: dict):
+        a = jnp.stack([jnp.asarray(actions[ag], jnp.int32) for ag in self.agents])
+        g = self.grid_size
+        # loading first, from the positions before the moves
+        loading = (a == LOAD)[:, None] & self.adjacent(state)  # [N, F]
+        load_sum = (loading * state.agent_level[:, None]).sum(0)  # [F]
+        collected = state.food_alive & (load_sum >= state.food_level) & loading.any(0)
+        total_food = jnp.maximum(state.food_level.sum(), 1).astype(jnp.float32)
+        share = jnp.where(
+            collected,
+            state.food_level / (jnp.maximum(load_sum, 1) * total_food),
+            0.0,
+        )  # [F]
+        reward = (loading * share[None, :]).sum(1) * state.agent_level  # [N]
+        food_alive = state.food_alive & ~collected
+
+        # moves: void into walls and (still present) food, void on shared targets
+        target = state.agent_pos + MOVES[a]
+        inside = (target >= 0).all(-1) & (target < g).all(-1)
+        on_food = (
+            (target[:, None, :] == state.food_pos[None, :, :]).all(-1) & food_alive[None, :]
+        ).any(-1)
+        target = jnp.where((inside & ~on_food)[:, None], target, state.agent_pos)
+        same = (target[:, None, :] == target[None, :, :]).all(-1)
+        clash = (same.sum(-1) > 1)[:, None]
+        target = jnp.where(clash, state.agent_pos, target)
+        # an agent may not take a cell another agent stays on
+        for _ in range(self.num_agents):
+            stays = (target == state.agent_pos).all(-1)
+            blocked = (
+                (target[:, None, :] == state.agent_pos[None, :, :]).all(-1)
+                & stays[None, :]
+                & ~jnp.eye(self.num_agents, dtype=bool)
+            ).any(-1)
+            target = jnp.where(blocked[:, None], state.agent_pos, target)
+        step = state.step + 1
+        next_state = state.replace(agent_pos=target, food_alive=food_alive, step=step)
+        done = ~food_alive.any() | (step >= self.max_steps)
+        rewards = {ag: reward[i] for i, ag in enumerate(self.agents)}
+        dones = {ag: done for ag in self.agents} | {"__all__": done}
+        info = {"collected": collected.sum()}
+        return self.get_obs(next_state), next_state, rewards, dones, info
+
+    # ----- views --------------------------------------------------------------------------
+    def get_obs(self, state: LBFState) -> dict:
+        food = jnp.concatenate([state.food_pos, state.food_level[:, None]], -1).astype(jnp.float32)
+        food = jnp.where(state.food_alive[:, None], food, jnp.array([-1.0, -1.0, 0.0]))
+        agents = jnp.concatenate([state.agent_pos, state.agent_level[:, None]], -1).astype(
+            jnp.float32
+        )
+        out = {}
+        for i, ag in enumerate(self.agents):
+            order = jnp.roll(jnp.arange(self.num_agents), -i)  # itself first
+            out[ag] = jnp.concatenate([food.ravel(), agents[order].ravel()])
+        return out
+
+    def get_avail_actions(self, state: LBFState) -> dict:
+        return {ag: jnp.ones((6,), bool) for ag in self.agents}
+
+    def won(self, state: LBFState) -> chex.Array:
+        return ~state.food_alive.any()
+
+    @property
+    def name(self) -> str:
+        return "LevelBasedForaging"
+
+
+register(
+    EnvSpec(
+        "lbf:8x8-2p-2f-coop",
+        LevelBasedForaging,
+        "Level-Based Foraging 8x8, 2 agents, 2 food that need both agents to load together "
+        "(YOLO-MARL's LBF scenario); team return 1 when all food is collected",
+        won_fn=lambda env, s: env.won(s),
+        return_reduction="sum",
+    )
+)

@@ -1,0 +1,93 @@
+"""Level-Based Foraging: the rules the YOLO-MARL paper lists, against hand-built states."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from envs.lbf import EAST, LOAD, NONE, NORTH, SOUTH, WEST, LBFState
+
+
+@pytest.fixture(scope="module")
+def env():
+    return envs.make("lbf:8x8-2p-2f-coop")
+
+
+def _state(agents, levels, food, food_levels, alive=None):
+    return LBFState(
+        agent_pos=jnp.array(agents, jnp.int32),
+        agent_level=jnp.array(levels, jnp.int32),
+        food_pos=jnp.array(food, jnp.int32),
+        food_level=jnp.array(food_levels, jnp.int32),
+        food_alive=jnp.array(alive if alive is not None else [True] * len(food)),
+        step=jnp.zeros((), jnp.int32),
+    )
+
+
+def _step(env, state, a0, a1):
+    step = jax.jit(env.step_env)
+    obs, s, r, d, info = step(jax.random.PRNGKey(0), state, {"agent_0": a0, "agent_1": a1})
+    return s, np.array([float(r["agent_0"]), float(r["agent_1"])]), bool(d["__all__"])
+
+
+def test_food_needs_the_sum_of_the_loaders_levels(env):
+    # food 0 (level 3) at (3, 3); agent 0 (level 1) left of it, agent 1 (level 2) below it
+    s = _state([[3, 2], [4, 3]], [1, 2], [[3, 3], [6, 6]], [3, 3])
+    alone, r, _ = _step(env, s, LOAD, NONE)
+    assert bool(alone.food_alive[0]) and r.sum() == 0.0  # level 1 < 3
+    alone, r, _ = _step(env, s, NONE, LOAD)
+    assert bool(alone.food_alive[0]) and r.sum() == 0.0  # level 2 < 3
+    both, r, done = _step(env, s, LOAD, LOAD)
+    assert not bool(both.food_alive[0]) and not done
+    # rewards level_i * 3 / (3 * 6): half the team's total of 1 for one of two foods
+    np.testing.assert_allclose(r, [1 * 3 / (3 * 6), 2 * 3 / (3 * 6)])
+    np.testing.assert_allclose(r.sum(), 0.5)
+
+
+def test_loading_needs_adjacency_and_collecting_everything_pays_one(env):
+    diagonal = _state([[2, 2], [4, 4]], [1, 2], [[3, 3], [6, 6]], [3, 3])
+    s, r, _ = _step(env, diagonal, LOAD, LOAD)
+    assert bool(s.food_alive[0]) and r.sum() == 0.0  # diagonal is not adjacent
+    last = _state([[5, 6], [6, 5]], [1, 2], [[3, 3], [6, 6]], [3, 3], alive=[False, True])
+    s, r, done = _step(env, last, LOAD, LOAD)
+    assert done and not bool(s.food_alive.any())
+    np.testing.assert_allclose(r.sum(), 0.5)
+
+
+def test_moves_are_blocked_by_walls_food_and_collisions(env):
+    s = _state([[0, 0], [3, 2]], [1, 1], [[3, 3], [6, 6]], [2, 2])
+    moved, _, _ = _step(env, s, NORTH, EAST)  # off the grid; onto the food
+    np.testing.assert_array_equal(moved.agent_pos, [[0, 0], [3, 2]])
+    s = _state([[2, 4], [4, 4]], [1, 1], [[6, 1], [6, 6]], [2, 2])
+    clash, _, _ = _step(env, s, SOUTH, NORTH)  # both into (3, 4)
+    np.testing.assert_array_equal(clash.agent_pos, [[2, 4], [4, 4]])
+    s = _state([[2, 4], [3, 4]], [1, 1], [[6, 1], [6, 6]], [2, 2])
+    stay, _, _ = _step(env, s, SOUTH, NONE)  # onto an agent that stays
+    np.testing.assert_array_equal(stay.agent_pos, [[2, 4], [3, 4]])
+    follow, _, _ = _step(env, s, SOUTH, SOUTH)  # onto a cell its owner leaves
+    np.testing.assert_array_equal(follow.agent_pos, [[3, 4], [4, 4]])
+    west, _, _ = _step(env, s, WEST, WEST)
+    np.testing.assert_array_equal(west.agent_pos, [[2, 3], [3, 3]])
+
+
+def test_reset_follows_the_coop_scenario(env):
+    for seed in range(20):
+        obs, s = env.reset(jax.random.PRNGKey(seed))
+        g = env.grid_size
+        food = np.asarray(s.food_pos)
+        assert ((food > 0) & (food < g - 1)).all()  # never on the border
+        assert np.abs(food[0] - food[1]).max() > 1  # never next to each other
+        assert (np.asarray(s.food_level) == int(s.agent_level.sum())).all()  # coop
+        cells = {tuple(p) for p in np.asarray(s.agent_pos)} | {tuple(p) for p in food}
+        assert len(cells) == 4
+        o = np.asarray(obs["agent_1"])
+        assert o.shape == (12,) and tuple(o[6:9]) == (*np.asarray(s.agent_pos[1]), s.agent_level[1])
+
+
+def test_timeout_ends_the_episode(env):
+    s = _state([[0, 0], [7, 7]], [1, 1], [[3, 3], [5, 5]], [2, 2]).replace(
+        step=jnp.array(env.max_steps - 1, jnp.int32)
+    )
+    _, r, done = _step(env, s, NONE, NONE)
+    assert done and r.sum() == 0.0

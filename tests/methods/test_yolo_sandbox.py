@@ -184,3 +184,53 @@ def test_refusals_are_fed_back_until_the_code_is_acceptable():
     assert asked_with == [None, errors[0]]
     with pytest.raises(UnsafeCode, match="no acceptable code in 2 attempts"):
         compile_with_retries(lambda e: "def planning_function(s):\n    open('x')", _compile, 2)
+
+
+def test_the_reference_lbf_plan_compiles_and_its_tasks_lead_to_the_food():
+    """The scripted backend's LBF planning function goes through the sandbox; following
+    its tasks greedily collects all food of a hand-built state."""
+    import envs
+    from envs.lbf import EAST, LOAD, NORTH, SOUTH, WEST, LBFState
+    from jaxmarl_llm.methods.yolo.lbf import (
+        REFERENCE_PLANNING_FUNCTION,
+        action_matches,
+        interpret,
+        task_constants,
+    )
+
+    env = envs.make("lbf:8x8-2p-2f-coop")
+    state = LBFState(
+        agent_pos=jnp.array([[1, 1], [6, 6]], jnp.int32),
+        agent_level=jnp.array([1, 1], jnp.int32),
+        food_pos=jnp.array([[3, 3], [5, 2]], jnp.int32),
+        food_level=jnp.array([2, 2], jnp.int32),
+        food_alive=jnp.array([True, True]),
+        step=jnp.zeros((), jnp.int32),
+    )
+    plan = compile_function(
+        REFERENCE_PLANNING_FUNCTION,
+        "planning_function",
+        (interpret(state),),
+        out_shape=(2,),
+        constants=task_constants(2),
+    )
+    moves = jnp.array([NORTH, SOUTH, WEST, EAST, LOAD])
+
+    @jax.jit
+    def greedy_step(s):
+        tasks = plan(interpret(s))
+        # the first candidate action that matches each agent's task
+        ok = jax.vmap(lambda a: action_matches(s, tasks, jnp.full((2,), a)))(moves)  # [5, N]
+        actions = moves[jnp.argmax(ok, 0)]
+        _, s2, r, d, _ = env.step_env(
+            jax.random.PRNGKey(0), s, {"agent_0": actions[0], "agent_1": actions[1]}
+        )
+        return s2, r["agent_0"] + r["agent_1"], tasks
+
+    total = 0.0
+    for _ in range(30):
+        state, r, tasks = greedy_step(state)
+        total += float(r)
+        if not bool(state.food_alive.any()):
+            break
+    assert not bool(state.food_alive.any()) and abs(total - 1.0) < 1e-6

@@ -1,0 +1,83 @@
+"""YOLO-MARL on Level-Based Foraging: state interpretation, tasks, task-to-action matching.
+
+- ``interpret(state)``: the pure function from the env state to the named parts the
+  planning function reads; its source (with the docstring) is what the model is shown
+  (appendix C.2).
+- Tasks (section 5, LBF): ``TARGET_FOOD_0 .. TARGET_FOOD_{F-1}``, then ``PICKUP``.
+- ``action_matches(state, tasks, actions)``: "target food i" accepts a move that brings
+  the agent closer (Manhattan) to a cell next to food i, ``NONE`` or ``LOAD`` when it is
+  already next to it; "pickup" accepts ``LOAD``. A task naming collected food accepts
+  anything (there is nothing left to do for it).
+- ``REFERENCE_PLANNING_FUNCTION``: what the scripted backend answers, compiled through
+  the same sandbox as a model's answer: both agents target the nearest remaining food
+  (they must load together), and pick it up once both are next to it.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from envs.lbf import LOAD, MOVES, NONE, LBFState
+
+
+def interpret(state: LBFState) -> dict:
+    """Named parts of a Level-Based Foraging state.
+
+    Returns a dict of arrays:
+        agent_pos: [N, 2] (row, col) of every agent.
+        agent_level: [N] level of every agent.
+        food_pos: [F, 2] (row, col) of every food item.
+        food_level: [F] level of every food item.
+        food_alive: [F] 1 while the food is still on the grid, 0 once collected.
+        distance: [N, F] Manhattan distance from each agent to each food item
+            (1 means adjacent: the agent can load it).
+    """
+    d = jnp.abs(state.agent_pos[:, None, :] - state.food_pos[None, :, :]).sum(-1)
+    return {
+        "agent_pos": state.agent_pos,
+        "agent_level": state.agent_level,
+        "food_pos": state.food_pos,
+        "food_level": state.food_level,
+        "food_alive": state.food_alive.astype(jnp.int32),
+        "distance": d,
+    }
+
+
+def task_constants(num_food: int) -> dict[str, int]:
+    out = {f"TARGET_FOOD_{i}": i for i in range(num_food)}
+    out["PICKUP"] = num_food
+    return out
+
+
+def _distance_to_adjacent(pos, food):
+    """Manhattan distance from ``pos`` to the nearest cell next to ``food``."""
+    return jnp.maximum(jnp.abs(pos - food).sum(-1) - 1, 0)
+
+
+def action_matches(state: LBFState, tasks: jax.Array, actions: jax.Array) -> jax.Array:
+    """``[N]`` bool: does each agent's action carry out its task?"""
+    num_food = state.food_pos.shape[0]
+    target = jnp.clip(tasks, 0, num_food - 1)
+    food = state.food_pos[target]  # [N, 2]
+    here = _distance_to_adjacent(state.agent_pos, food)
+    there = _distance_to_adjacent(state.agent_pos + MOVES[actions], food)
+    adjacent = here == 0
+    approach = jnp.where(adjacent, (actions == NONE) | (actions == LOAD), there < here)
+    gone = ~state.food_alive[target]
+    is_pickup = tasks >= num_food
+    return jnp.where(is_pickup, actions == LOAD, approach | gone)
+
+
+REFERENCE_PLANNING_FUNCTION = '''
+def planning_function(processed_state):
+    """Both agents go for the nearest food still on the grid; once both stand next to it
+    they pick it up together (each food needs the sum of the agents' levels)."""
+    distance = processed_state["distance"]
+    alive = processed_state["food_alive"]
+    total = distance.sum(0) + 1000 * (1 - alive)
+    food = jnp.argmin(total)
+    both_adjacent = (distance[:, food] == 1).all()
+    task = jnp.where(both_adjacent, PICKUP, food)
+    return {"agent_0": task, "agent_1": task}
+'''

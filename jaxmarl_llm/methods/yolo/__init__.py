@@ -1,5 +1,8 @@
-"""YOLO-MARL: one-time LLM planning functions compiled safely to JAX (work in progress:
-the sandbox that turns generated code into a checked pure function)."""
+"""YOLO-MARL: a one-time LLM planning function, compiled safely to JAX, whose task
+assignments give every agent a small bonus when its action carries out its task
+(``shaping.name: yolo``). Task sets so far: Level-Based Foraging."""
+
+from omegaconf import OmegaConf
 
 from jaxmarl_llm.methods.yolo.sandbox import (
     SandboxLimits,
@@ -8,11 +11,24 @@ from jaxmarl_llm.methods.yolo.sandbox import (
     compile_function,
     compile_with_retries,
 )
+from jaxmarl_llm.methods.yolo.shaper import YOLOConfig, planning_bonus, yolo_shaper
+from jaxmarl_llm.shaping.registry import register_shaper
+
+
+def _build(kwargs, env, mode, coef, context):
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(YOLOConfig), kwargs))
+    return yolo_shaper(env, cfg, mode, coef, context.artifact_dir("yolo"))
+
+
+register_shaper("yolo", _build, schema=YOLOConfig)
 
 __all__ = [
     "SandboxLimits",
     "UnsafeCode",
+    "YOLOConfig",
     "check_source",
     "compile_function",
     "compile_with_retries",
+    "planning_bonus",
+    "yolo_shaper",
 ]

@@ -330,45 +330,50 @@ def _trace_and_check(source, name, sample_args, out_shape, out_kind, helpers, co
     return fn
 
 
-def _isolated_child(conn, spec, memory_bytes: int) -> None:
-    import resource
+def _trace_isolated(spec, limits: SandboxLimits) -> None:
+    """Run the trace in a fresh interpreter (``python -m ...sandbox``, so the caller's
+    main module is never re-imported) with a time and an address-space limit."""
+    import pickle
+    import subprocess
+    import sys
 
+    payload = pickle.dumps((spec, limits.trace_memory_bytes))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "jaxmarl_llm.methods.yolo.sandbox"],
+            input=payload,
+            capture_output=True,
+            timeout=limits.trace_seconds,
+        )
+    except subprocess.TimeoutExpired:
+        raise UnsafeCode(f"did not finish tracing within {limits.trace_seconds:.0f} s") from None
+    marker = b"\nSANDBOX-RESULT:"
+    if marker not in proc.stdout:
+        raise UnsafeCode(
+            f"crashed while tracing (exit code {proc.returncode}; memory limit "
+            f"{limits.trace_memory_bytes >> 20} MiB)"
+        )
+    error = pickle.loads(proc.stdout.rsplit(marker, 1)[1])
+    if error is not None:
+        raise UnsafeCode(error)
+
+
+def _child_main() -> None:
+    import pickle
+    import resource
+    import sys
+
+    spec, memory_bytes = pickle.loads(sys.stdin.buffer.read())
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     try:
         _trace_and_check(*spec)
-        conn.send(None)
+        error = None
     except UnsafeCode as e:
-        conn.send(str(e))
+        error = str(e)
     except MemoryError:
-        conn.send(f"ran out of memory while tracing (limit {memory_bytes >> 20} MiB)")
-
-
-def _trace_isolated(spec, limits: SandboxLimits) -> None:
-    """Run the trace in a fresh process with a time and memory limit."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_isolated_child, args=(child, spec, limits.trace_memory_bytes))
-    proc.start()
-    child.close()
-    try:
-        if not parent.poll(limits.trace_seconds):
-            raise UnsafeCode(f"did not finish tracing within {limits.trace_seconds:.0f} s")
-        error = parent.recv()
-    except EOFError:
-        proc.join(5)
-        raise UnsafeCode(
-            f"crashed while tracing (exit code {proc.exitcode}; memory limit "
-            f"{limits.trace_memory_bytes >> 20} MiB)"
-        ) from None
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
-        parent.close()
-    if error is not None:
-        raise UnsafeCode(error)
+        error = f"ran out of memory while tracing (limit {memory_bytes >> 20} MiB)"
+    sys.stdout.buffer.write(b"\nSANDBOX-RESULT:" + pickle.dumps(error))
+    sys.stdout.flush()
 
 
 def _subjaxprs(jaxpr):
@@ -411,3 +416,7 @@ def compile_with_retries(
         except UnsafeCode as e:
             errors.append(str(e))
     raise UnsafeCode(f"no acceptable code in {attempts} attempts: " + " | ".join(errors))
+
+
+if __name__ == "__main__":
+    _child_main()

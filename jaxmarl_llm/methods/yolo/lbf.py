@@ -5,8 +5,10 @@
   (appendix C.2).
 - Tasks (section 5, LBF): ``TARGET_FOOD_0 .. TARGET_FOOD_{F-1}``, then ``PICKUP``.
 - ``action_matches(state, tasks, actions)``: "target food i" accepts a move that brings
-  the agent closer (Manhattan) to a cell next to food i, ``NONE`` or ``LOAD`` when it is
-  already next to it; "pickup" accepts ``LOAD``. A task naming collected food accepts
+  the agent closer (Manhattan) to a cell next to food i, and ``LOAD`` once it is next to
+  it (the paper's rule; accepting ``NONE`` there too lets an agent park by the food and
+  collect the bonus forever, which MAPPO learned to do: experiments/RESULTS.md);
+  "pickup" accepts ``LOAD``. A task naming collected food accepts
   anything (there is nothing left to do for it).
 - ``REFERENCE_PLANNING_FUNCTION``: what the scripted backend answers, compiled through
   the same sandbox as a model's answer: both agents target the nearest remaining food
@@ -18,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from envs.lbf import LOAD, MOVES, NONE, LBFState
+from envs.lbf import LOAD, MOVES, LBFState
 
 
 def interpret(state: LBFState) -> dict:
@@ -63,7 +65,7 @@ def action_matches(state: LBFState, tasks: jax.Array, actions: jax.Array) -> jax
     here = _distance_to_adjacent(state.agent_pos, food)
     there = _distance_to_adjacent(state.agent_pos + MOVES[actions], food)
     adjacent = here == 0
-    approach = jnp.where(adjacent, (actions == NONE) | (actions == LOAD), there < here)
+    approach = jnp.where(adjacent, actions == LOAD, there < here)
     gone = ~state.food_alive[target]
     is_pickup = tasks >= num_food
     return jnp.where(is_pickup, actions == LOAD, approach | gone)

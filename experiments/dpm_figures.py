@@ -113,7 +113,9 @@ def _feedback_summary(run_dir: Path) -> dict:
     return out
 
 
-def run_figure(figure: str, maps: list[str], overrides: list[str], quiet: bool) -> list[dict]:
+def run_figure(
+    figure: str, maps: list[str], overrides: list[str], quiet: bool, only: str | None = None
+) -> list[dict]:
     from jaxmarl_llm.config import load_config
     from jaxmarl_llm.plotting import plot_runs
     from jaxmarl_llm.runner import run_experiment
@@ -123,6 +125,8 @@ def run_figure(figure: str, maps: list[str], overrides: list[str], quiet: bool) 
         dirs = {}
         for label, config, extra in _variants(figure, smax_map):
             out = ROOT / "runs" / "dpm" / figure / smax_map / _slug(label)
+            if only and only.lower() not in label.lower() and not (out / "summary.json").exists():
+                continue  # --only: run just the matching variants, report the finished ones
             common = ["compare_with=[]", f"progress={not quiet}", *extra, *overrides]
             if (out / "summary.json").exists():
                 summary = json.loads((out / "summary.json").read_text())
@@ -204,10 +208,11 @@ def main(argv=None) -> int:
     p.add_argument("figure", choices=FIGURES)
     p.add_argument("--maps", nargs="+", default=None, help="SMAX maps (default: 3m; subset: 8m)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--only", default=None, help="run only the variants whose label has this text")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_args(argv)
     maps = args.maps or (["8m"] if args.figure == "subset" else ["3m"])
-    run_figure(args.figure, maps, args.overrides, args.quiet)
+    run_figure(args.figure, maps, args.overrides, args.quiet, args.only)
     return 0
 
 

@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxmarl_llm.shaping.base import ALL_FIELDS, TransitionBatch
+
 
 class Learner(NamedTuple):
     init: Callable[[jax.Array], Any]  # rng -> train state (a pytree of arrays)
@@ -32,6 +34,35 @@ class Learner(NamedTuple):
             return self.update(state)
 
         return jax.lax.scan(step, self.init(rng), None, self.num_updates)
+
+
+def step_transitions(
+    obs: jax.Array, actions: jax.Array, env_state: Any, res: Any, fields=ALL_FIELDS
+) -> TransitionBatch:
+    """The ``TransitionBatch`` of one vectorized env step from ``env_state`` (an
+    ``ArrayEnvState``) with observations ``obs``; ``res`` is the env's ``StepResult``. Env
+    states are filled only when ``fields`` names them (a shaper's ``fields``)."""
+    return TransitionBatch(
+        obs=obs,
+        actions=actions,
+        next_obs=res.terminal_obs,
+        reward=res.reward,
+        done=res.done,
+        state=env_state.env_state if "state" in fields else None,
+        next_state=res.terminal_env_state if "next_state" in fields else None,
+    )
+
+
+def collect_steps(policy_step, state: Any, key: jax.Array, steps: int) -> TransitionBatch:
+    """``steps`` steps of ``policy_step(state, key) -> (next state, actions, result)``
+    from ``state`` (an env-holding train state with ``obs`` and ``env_state``), every
+    field filled, leaves ``[steps, E, ...]``; what ``Learner.collect`` returns."""
+
+    def one(s, k):
+        s_next, actions, res = policy_step(s, k)
+        return s_next, step_transitions(s.obs, actions, s.env_state, res)
+
+    return jax.lax.scan(one, state, jax.random.split(key, steps))[1]
 
 
 def run_chunk(learner: Learner, state: Any, num_updates: int) -> tuple[Any, dict]:

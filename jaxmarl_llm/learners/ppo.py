@@ -20,7 +20,7 @@ import optax
 from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
-from jaxmarl_llm.learners.base import Learner, episode_metrics
+from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics, step_transitions
 from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, value_loss
 from jaxmarl_llm.learners.networks import (
     ActorCritic,
@@ -249,37 +249,19 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         s, rng = carry
         rng, r_act, r_env = jax.random.split(rng, 3)
         s_next, step, res = policy_step(s, r_act, r_env)
-        batch = TransitionBatch(
-            obs=s.obs,
-            actions=step.action,
-            next_obs=res.terminal_obs,
-            reward=res.reward,
-            done=res.done,
-            state=s.env_state.env_state if "state" in needs else None,
-            next_state=res.terminal_env_state if "next_state" in needs else None,
-        )
+        batch = step_transitions(s.obs, step.action, s.env_state, res, needs)
         step = step.replace(reward=shaped_reward(shaper, s.shaper_params, batch))
         return (s_next, rng), (step, res.done, res.info)
 
     def collect(s: PPOState, key: jax.Array, steps: int) -> TransitionBatch:
-        """``steps`` steps of the current policy from the learner's env states, every
-        field filled (leaves ``[steps, E, ...]``, env reward); ``s`` is left as it was."""
+        """``steps`` steps of the current policy from the learner's env states (leaves
+        ``[steps, E, ...]``, env reward); ``s`` is left as it was."""
 
-        def one(s, k):
-            r_act, r_env = jax.random.split(k)
-            s_next, step, res = policy_step(s, r_act, r_env)
-            batch = TransitionBatch(
-                obs=s.obs,
-                actions=step.action,
-                next_obs=res.terminal_obs,
-                reward=res.reward,
-                done=res.done,
-                state=s.env_state.env_state,
-                next_state=res.terminal_env_state,
-            )
-            return s_next, batch
+        def act(s, k):
+            s_next, step, res = policy_step(s, *jax.random.split(k))
+            return s_next, step.action, res
 
-        return jax.lax.scan(one, s, jax.random.split(key, steps))[1]
+        return collect_steps(act, s, key, steps)
 
     # ---- loss ----------------------------------------------------------------------
     def loss_fn(params, mb: Rollout, adv, targets, carries):

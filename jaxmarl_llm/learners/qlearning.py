@@ -40,7 +40,7 @@ from flax import struct
 from flax.linen.initializers import constant
 
 from envs.array_env import ArrayEnv, ArrayEnvState
-from jaxmarl_llm.learners.base import Learner, episode_metrics
+from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics
 from jaxmarl_llm.learners.initializers import orthogonal
 from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
 from jaxmarl_llm.learners.networks import AgentParams, ParamSharing, ResetGRU, with_agent_ids
@@ -414,24 +414,14 @@ class QLearning:
 
     def collect(self, state: QLearningState, key: jax.Array, steps: int) -> TransitionBatch:
         """``steps`` epsilon-greedy steps (the current epsilon) from the learner's env
-        states, every field filled (leaves ``[steps, E, ...]``); ``state`` is unchanged."""
+        states (leaves ``[steps, E, ...]``); ``state`` is unchanged."""
         eps = self.epsilon(state.env_steps)
 
-        def one(s, k):
-            r_act, r_env = jax.random.split(k)
-            s_next, item, res = self._policy_step(s, r_act, r_env, eps)
-            batch = TransitionBatch(
-                obs=s.obs,
-                actions=item.actions,
-                next_obs=res.terminal_obs,
-                reward=res.reward,
-                done=res.done,
-                state=s.env_state.env_state,
-                next_state=res.terminal_env_state,
-            )
-            return s_next, batch
+        def act(s, k):
+            s_next, item, res = self._policy_step(s, *jax.random.split(k), eps)
+            return s_next, item.actions, res
 
-        return jax.lax.scan(one, state, jax.random.split(key, steps))[1]
+        return collect_steps(act, state, key, steps)
 
     def update(self, state: QLearningState) -> tuple[QLearningState, dict]:
         eps = self.epsilon(state.env_steps)

@@ -116,9 +116,8 @@ def _feedback_summary(run_dir: Path) -> dict:
 def run_figure(
     figure: str, maps: list[str], overrides: list[str], quiet: bool, only: str | None = None
 ) -> list[dict]:
-    from jaxmarl_llm.config import load_config
     from jaxmarl_llm.plotting import plot_runs
-    from jaxmarl_llm.runner import run_experiment
+    from jaxmarl_llm.runner import run_into
 
     rows = []
     for smax_map in maps:
@@ -128,15 +127,8 @@ def run_figure(
             if only and only.lower() not in label.lower() and not (out / "summary.json").exists():
                 continue  # --only: run just the matching variants, report the finished ones
             common = ["compare_with=[]", f"progress={not quiet}", *extra, *overrides]
-            if (out / "summary.json").exists():
-                summary = json.loads((out / "summary.json").read_text())
-            else:
-                ckpt = out / "checkpoints"
-                where = (
-                    f"resume={out}" if ckpt.exists() and any(ckpt.iterdir()) else f"out_dir={out}"
-                )
-                print(f"[{figure}/{smax_map}] {label}: {config} {' '.join(extra)}", flush=True)
-                summary = run_experiment(load_config(config, [*common, where])).summary
+            note = f"[{figure}/{smax_map}] {label}: {config} {' '.join(extra)}"
+            summary = run_into(config, common, out, note)
             dirs[label] = out
             rows.append(
                 {

@@ -98,9 +98,8 @@ def _slug(label: str) -> str:
 
 
 def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) -> list[dict]:
-    from jaxmarl_llm.config import load_config
     from jaxmarl_llm.plotting import plot_runs
-    from jaxmarl_llm.runner import run_experiment
+    from jaxmarl_llm.runner import run_into
 
     rows = []
     for env in env_names:
@@ -110,15 +109,8 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 continue
             out = ROOT / "runs" / "lca" / figure / env / _slug(label)
             common = ["compare_with=[]", f"progress={not args.quiet}", *extra, *overrides]
-            if (out / "summary.json").exists():
-                summary = json.loads((out / "summary.json").read_text())
-            else:
-                ckpt = out / "checkpoints"
-                where = (
-                    f"resume={out}" if ckpt.exists() and any(ckpt.iterdir()) else f"out_dir={out}"
-                )
-                print(f"[{figure}/{env}] {label}: {config} {' '.join(extra)}", flush=True)
-                summary = run_experiment(load_config(config, [*common, where])).summary
+            note = f"[{figure}/{env}] {label}: {config} {' '.join(extra)}"
+            summary = run_into(config, common, out, note)
             dirs[label] = out
             lca_report = out / "lca" / "report.json"
             row = {

@@ -377,28 +377,35 @@ def _feedback_round(cfg, feedback, collect, state, round_index: int, run_dir: Pa
     return state
 
 
-def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:
-    """Run (or resume, or reuse) each of ``cfg.compare_with`` with this run's seeds."""
+def run_into(config: str, overrides: list[str], out: Path, note: str | None = None) -> dict:
+    """Run ``config`` (a name or YAML path) with ``overrides`` into ``out`` and return its
+    summary: a finished run there is reused, a killed one resumed, else it starts."""
     from jaxmarl_llm.config import load_config
 
+    out = Path(out)
+    if (out / "summary.json").exists():
+        return json.loads((out / "summary.json").read_text())
+    ckpt = out / "checkpoints"
+    where = f"resume={out}" if ckpt.exists() and any(ckpt.iterdir()) else f"out_dir={out}"
+    if note:
+        print(note, flush=True)
+    return run_experiment(load_config(config, [*overrides, where])).summary
+
+
+def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:
+    """Run (or resume, or reuse) each of ``cfg.compare_with`` with this run's seeds."""
     dirs = {cfg.name: run_dir}
     finals = {}
     for other in cfg.compare_with:
         out = run_dir / "compare" / Path(other).stem
-        if (out / "summary.json").exists():
-            summary = json.loads((out / "summary.json").read_text())
-        else:
-            overrides = [
-                f"num_seeds={cfg.num_seeds}",
-                f"seed={cfg.seed}",
-                f"progress={cfg.progress}",
-                f"plot={cfg.plot}",
-                "compare_with=[]",
-            ]
-            resumable = (out / "checkpoints").exists() and any((out / "checkpoints").iterdir())
-            overrides.append(f"resume={out}" if resumable else f"out_dir={out}")
-            print(f"comparison: {other} -> {out}")
-            summary = run_experiment(load_config(other, overrides)).summary
+        overrides = [
+            f"num_seeds={cfg.num_seeds}",
+            f"seed={cfg.seed}",
+            f"progress={cfg.progress}",
+            f"plot={cfg.plot}",
+            "compare_with=[]",
+        ]
+        summary = run_into(other, overrides, out, f"comparison: {other} -> {out}")
         dirs[summary["name"]] = out
         finals[str(other)] = {
             k: summary.get(k)

@@ -221,7 +221,7 @@ def test_epsilon_schedule():
 @pytest.mark.parametrize(
     "kw, key",
     [
-        ({"name": "qplex"}, "name"),
+        ({"name": "qtran"}, "name"),
         ({"optimizer": "sgd"}, "optimizer"),
         ({"td_lambda": 1.5}, "td_lambda"),
         ({"tau": 0.0}, "tau"),

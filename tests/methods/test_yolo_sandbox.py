@@ -166,8 +166,8 @@ def test_python_integers_blown_up_in_a_loop_are_stopped_by_the_isolated_trace():
         "        x = x * x\n    return jnp.zeros(2, jnp.int32)"
     )
     check_source(bomb, "planning_function")  # nothing in the syntax gives it away
-    limits = SandboxLimits(trace_seconds=20.0, trace_memory_bytes=2 << 30)
-    with pytest.raises(UnsafeCode, match="within 20 s|memory|crashed"):
+    limits = SandboxLimits(trace_seconds=10.0, trace_memory_bytes=1 << 30)
+    with pytest.raises(UnsafeCode, match="within 10 s|memory|crashed"):
         _compile(bomb, isolate=True, limits=limits)
 
 

@@ -313,6 +313,8 @@ def _trace_and_check(source, name, sample_args, out_shape, out_kind, helpers, co
             "uses a traced value as a Python bool (an `if`/`and`/`or` on array values): "
             f"use jnp.where / jax.lax.select instead ({str(e).splitlines()[0]})"
         ) from None
+    except MemoryError:
+        raise UnsafeCode("ran out of memory while tracing") from None
     except Exception as e:  # any Python error while tracing is the code's fault
         raise UnsafeCode(f"fails when traced: {type(e).__name__}: {e}") from None
     eqns = _count_equations(closed.jaxpr)

@@ -23,7 +23,9 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--algo", default="ippo", choices=["ippo", "mappo", "qmix", "vdn", "qplex"])
+    p.add_argument(
+        "--algo", default="ippo", choices=["ippo", "mappo", "qmix", "vdn", "qplex", "maddpg"]
+    )
     p.add_argument("--env", default="mpe:simple_spread_3")
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--num-steps", type=int, default=None, help="steps per env per update")
@@ -45,7 +47,7 @@ def main(argv=None) -> dict:
     cfg = build_config({"algo": {"name": args.algo}}, over + list(args.overrides))
     steps = cfg.algo.num_steps * cfg.algo.num_envs
     cfg.algo.total_timesteps = steps * args.updates
-    if args.algo in ("qmix", "vdn", "qplex"):
+    if args.algo in ("qmix", "vdn", "qplex", "maddpg"):
         cfg.algo.learning_starts = 0  # measure the steady state: every update trains
         cfg.algo.batch_size = min(cfg.algo.batch_size, cfg.algo.buffer_size)
 

@@ -14,6 +14,7 @@ _MODULES = {
     "qmix": "jaxmarl_llm.learners.qlearning",
     "vdn": "jaxmarl_llm.learners.qlearning",
     "qplex": "jaxmarl_llm.learners.qlearning",
+    "maddpg": "jaxmarl_llm.learners.maddpg",
 }
 
 

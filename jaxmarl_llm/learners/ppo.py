@@ -30,6 +30,11 @@ from jaxmarl_llm.learners.networks import (
     with_agent_ids,
 )
 from jaxmarl_llm.learners.permutation import feistel_permutation
+from jaxmarl_llm.learners.running_stats import (
+    RunningMeanStd,
+    standardize,
+    update_running_stats,
+)
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
 
 MASKED_LOGIT = -1e9  # finite, so masked entries give exp() == 0 without NaN entropies
@@ -48,6 +53,7 @@ class PPOState(struct.PyTreeNode):
     shaper_params: Any
     rng: jax.Array
     update_step: jax.Array
+    reward_stats: RunningMeanStd  # of the shaped training reward (standardize_rewards)
 
 
 class Rollout(struct.PyTreeNode):
@@ -201,6 +207,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             shaper_params=shaper.params,
             rng=rng,
             update_step=jnp.zeros((), jnp.int32),
+            reward_stats=RunningMeanStd.create(),
         )
 
     # ---- rollout -------------------------------------------------------------------
@@ -349,8 +356,12 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             last_value = last_value[0]
         else:
             _, last_value = forward_ff(s.params, s.obs, s.avail, s.world_state)
+        reward_stats, train_reward = s.reward_stats, traj.reward
+        if cfg.standardize_rewards:
+            reward_stats = update_running_stats(reward_stats, traj.reward)
+            train_reward = standardize(reward_stats, traj.reward)
         adv, targets = gae(
-            traj.reward, traj.value, traj.done[..., None], last_value, cfg.gamma, cfg.gae_lambda
+            train_reward, traj.value, traj.done[..., None], last_value, cfg.gamma, cfg.gae_lambda
         )
         data = (traj, adv, targets, carries0)
 
@@ -364,7 +375,13 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         metrics = {k: v.mean() for k, v in stats.items()}
         metrics.update(episode_metrics(done, info, env.has_won, env.return_reduction))
         metrics["reward_mean"] = traj.reward.mean()
-        s = s.replace(params=params, opt_state=opt_state, rng=rng, update_step=s.update_step + 1)
+        s = s.replace(
+            params=params,
+            opt_state=opt_state,
+            rng=rng,
+            update_step=s.update_step + 1,
+            reward_stats=reward_stats,
+        )
         return s, metrics
 
     chex.assert_equal(mb_units * cfg.num_minibatches, batch_units)

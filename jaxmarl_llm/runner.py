@@ -393,7 +393,8 @@ def run_into(config: str, overrides: list[str], out: Path, note: str | None = No
 
 
 def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:
-    """Run (or resume, or reuse) each of ``cfg.compare_with`` with this run's seeds."""
+    """Run (or resume, or reuse) each of ``cfg.compare_with`` with this run's seeds and
+    env-step budget."""
     dirs = {cfg.name: run_dir}
     finals = {}
     for other in cfg.compare_with:
@@ -401,6 +402,7 @@ def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:
         overrides = [
             f"num_seeds={cfg.num_seeds}",
             f"seed={cfg.seed}",
+            f"algo.total_timesteps={cfg.algo.total_timesteps}",
             f"progress={cfg.progress}",
             f"plot={cfg.plot}",
             "compare_with=[]",

@@ -111,6 +111,242 @@ def test_a_models_code_is_refused_then_accepted_through_an_endpoint(tmp_path):
     assert "Both agents go to the nearest food" in record["planning_prompt"]
     assert "def interpret(state" in record["planning_prompt"]  # the interpretation source
     assert "previous answer was rejected" in model.prompts[-1]
-    assert plan(tasks.interpret(_state())).shape == (2,)
-    with pytest.raises(ValueError, match="no task set for FastSimpleSpread; .* lbf"):
-        env_tasks(envs.make_array_env("mpe:simple_spread_3"))
+    assert plan.tasks(_state()).shape == (2,)
+    with pytest.raises(ValueError, match="no task set for TwoSwitch; .* lbf"):
+        env_tasks(envs.make_array_env("two_switch"))
+
+
+def test_a_move_into_an_occupied_cell_does_not_count_and_a_detour_does():
+    """Agent 1 is lined up behind agent 0, who stands next to the food: its only closer
+    cell is taken, so bumping into agent 0 is not "approaching"; any open move is the
+    detour (the loophole MAPPO found: both matched forever and never collected)."""
+    from envs.lbf import NORTH, SOUTH
+    from jaxmarl_llm.methods.yolo.lbf import action_matches
+
+    s = _state().replace(agent_pos=jnp.array([[3, 4], [3, 5]], jnp.int32))
+    tasks = jnp.array([0, 0])
+    ok = lambda a1: bool(action_matches(s, tasks, jnp.array([LOAD, a1]))[1])
+    assert not ok(WEST)  # into agent 0
+    assert ok(NORTH) and ok(SOUTH) and ok(EAST)  # no open cell is closer: any open move
+    assert not ok(NONE) and not ok(LOAD)
+    # with a closer open cell, only the closer moves count
+    free = _state()
+    assert bool(action_matches(free, tasks, jnp.array([EAST, LOAD]))[0])
+    assert not bool(action_matches(free, tasks, jnp.array([NORTH, LOAD]))[0])
+    # walls: a move off the grid never counts
+    corner = _state().replace(agent_pos=jnp.array([[0, 0], [3, 4]], jnp.int32))
+    assert not bool(action_matches(corner, tasks, jnp.array([NORTH, LOAD]))[0])
+
+
+def test_following_the_plan_collects_everything():
+    """A policy that always picks a matching action (uniformly among them) collects all
+    food in almost every episode; a uniform random policy almost never does."""
+    aenv = envs.make_array_env(ENV)
+    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    returns = _plan_following_returns(aenv, tasks, plan, episodes_envs=64, steps=150)
+    assert returns["plan"] > 0.97 and returns["random"] < 0.05
+
+
+def _plan_following_returns(aenv, tasks, plan, episodes_envs: int, steps: int) -> dict:
+    n, num_actions = aenv.num_agents, aenv.num_actions
+
+    def run(key, follow):
+        _, st = jax.vmap(aenv.reset)(jax.random.split(key, episodes_envs))
+
+        def step(c, k):
+            st, ret, total, count = c
+            k_act, k_env = jax.random.split(k)
+            avail = jax.vmap(aenv.avail_actions)(st)
+
+            def ok(s):
+                t = plan.tasks(s)
+                return jnp.stack(
+                    [tasks.matches(s, t, jnp.full((n,), b)) for b in range(num_actions)], -1
+                )
+
+            good = jax.vmap(ok)(st.env_state) & avail
+            good = jnp.where(good.any(-1, keepdims=True) & follow, good, avail)
+            a = jax.random.categorical(k_act, jnp.where(good, 0.0, -1e9))
+            res = jax.vmap(aenv.step)(jax.random.split(k_env, episodes_envs), st, a)
+            ret = ret + res.reward.sum(-1)
+            total = total + jnp.where(res.done, ret, 0.0).sum()
+            return (res.state, jnp.where(res.done, 0.0, ret), total, count + res.done.sum()), None
+
+        init = (st, jnp.zeros(episodes_envs), 0.0, 0)
+        (_, _, total, count), _ = jax.lax.scan(step, init, jax.random.split(key, steps))
+        return total / count
+
+    run = jax.jit(run, static_argnums=1)
+    key = jax.random.PRNGKey(3)
+    return {"plan": float(run(key, True)), "random": float(run(key, False))}
+
+
+def test_mpe_tasks_send_each_agent_to_its_own_landmark():
+    from jaxmarl.environments.mpe.simple import State
+
+    aenv = envs.make_array_env("mpe:simple_spread_3")
+    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    # agents at x = -1, 0, 1 (y = 0); landmarks right above agents 2, 0, 1
+    pos = jnp.array([[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.5], [-1.0, 0.5], [0.0, 0.5]])
+    _, s0 = aenv.env.reset(jax.random.PRNGKey(0))
+    s = s0.replace(p_pos=pos, p_vel=jnp.zeros_like(pos))
+    assert isinstance(s, State)
+    np.testing.assert_array_equal(plan.tasks(s), [1, 2, 0])  # a matching
+    up, down, left, noop = 4, 3, 1, 0  # 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y
+    t = jnp.array([1, 2, 0])
+    np.testing.assert_array_equal(tasks.matches(s, t, jnp.array([up, up, up])), [True] * 3)
+    np.testing.assert_array_equal(
+        tasks.matches(s, t, jnp.array([down, left, noop])), [False, False, False]
+    )
+    # on its landmark an agent may rest; NO_OP accepts only the no-op
+    there = s.replace(p_pos=pos.at[0].set(pos[4]))
+    assert bool(tasks.matches(there, t, jnp.array([noop, up, up]))[0])
+    no_op = tasks.constants["NO_OP"]
+    np.testing.assert_array_equal(
+        tasks.matches(s, jnp.array([no_op] * 3), jnp.array([noop, up, noop])), [True, False, True]
+    )
+
+
+def test_mpe_plan_following_beats_random():
+    aenv = envs.make_array_env("mpe:simple_spread_3")
+    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    returns = _plan_following_returns(aenv, tasks, plan, episodes_envs=64, steps=52)
+    assert returns["plan"] > returns["random"] + 20.0  # about -48 against -84 (3 agents)
+
+
+@pytest.mark.skipif("smax:3m" not in envs.names(), reason="smax:3m is not registered")
+def test_smax_tasks():
+    aenv = envs.make_array_env("smax:3m")
+    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    _, s = aenv.env.reset(jax.random.PRNGKey(0))
+    c = tasks.constants
+    # at the start the teams are far apart: everyone moves in
+    np.testing.assert_array_equal(plan.tasks(s), [c["MOVE"]] * 3)
+    inner = s.state
+    # ally 0 with enemy 3 one unit away, ally 1 far from every enemy, ally 2 dead
+    near = jnp.array(
+        [[5.0, 5.0], [20.0, 20.0], [10.0, 10.0], [6.0, 5.0], [28.0, 28.0], [28.0, 27.0]]
+    )
+    dead = inner.unit_alive.at[2].set(False)
+    s2 = s.replace(state=inner.replace(unit_positions=near, unit_alive=dead))
+    np.testing.assert_array_equal(plan.tasks(s2), [c["ATTACK"], c["MOVE"], c["NONE"]])
+    # SMAX ally actions: 0-3 move, 4 stop, 5+ attack enemy k
+    t = jnp.array([c["MOVE"], c["ATTACK"], c["STOP"]])
+    np.testing.assert_array_equal(tasks.matches(s, t, jnp.array([2, 6, 4])), [True] * 3)
+    np.testing.assert_array_equal(tasks.matches(s, t, jnp.array([4, 3, 5])), [False] * 3)
+    none = jnp.array([c["NONE"]] * 3)
+    np.testing.assert_array_equal(tasks.matches(s, none, jnp.array([0, 4, 7])), [True] * 3)
+
+
+class _Scripted:
+    """A stand-in model served over the OpenAI-compatible API: ``answer(prompt)``."""
+
+    def __init__(self, answer):
+        from jaxmarl_llm.lm.backend import Backend, Completion
+
+        outer = self
+
+        class Model(Backend):
+            kind, model = "stand-in", "stand-in"
+
+            def generate(self, requests):
+                outer.prompts.extend(r.prompt for r in requests)
+                return [Completion(answer(r.prompt)) for r in requests]
+
+        self.prompts: list[str] = []
+        self.model = Model()
+
+    def obtain(self, cfg_kwargs: dict, tmp_path, env=ENV):
+        from jaxmarl_llm.lm.server import serve
+
+        with serve(self.model) as url:
+            cfg = YOLOConfig(
+                planner="backend",
+                backend="http",
+                backend_options={"base_url": url, "model": "stand-in"},
+                **cfg_kwargs,
+            )
+            return obtain_plan(envs.make_array_env(env), cfg, tmp_path)
+
+
+RAW_PLAN = """```python
+def planning_function(processed_state):
+    obs = processed_state["observation"]
+    food_0_left = obs[0, 0] >= 0
+    task = jnp.where(food_0_left, TARGET_FOOD_0, TARGET_FOOD_1)
+    return {"agent_0": task, "agent_1": task}
+```"""
+
+
+def test_without_interpretation_the_code_reads_raw_observations(tmp_path):
+    model = _Scripted(lambda p: RAW_PLAN if "planning_function" in p else "Go together.")
+    tasks, plan, record = model.obtain({"use_interpretation": False}, tmp_path)
+    prompt = record["planning_prompt"]
+    assert 'processed_state = {"observation": array of shape [2, 12]}' in prompt
+    assert "def interpret" not in prompt and "for each food (row, col, level)" in prompt
+    s = _state()
+    np.testing.assert_array_equal(plan.tasks(s), [0, 0])
+    gone = s.replace(food_alive=jnp.array([False, True]))  # food 0 shows as (-1, -1, 0)
+    np.testing.assert_array_equal(plan.tasks(gone), [1, 1])
+
+
+REWARD_ANSWER = """```python
+def planning_function(processed_state):
+    return {"agent_0": PICKUP, "agent_1": PICKUP}
+
+def compute_reward(processed_state, llm_tasks, tasks):
+    adjacent = (processed_state["distance"] == 1).any(axis=1)
+    return jnp.where(adjacent & (tasks == 5), 0.1, -0.01)
+```"""
+
+
+def test_the_reward_ablation_uses_the_models_reward_function(tmp_path):
+    from jaxmarl_llm.lm.server import serve
+    from jaxmarl_llm.methods.yolo.shaper import yolo_shaper
+    from jaxmarl_llm.shaping.base import TransitionBatch
+
+    def answer(prompt):
+        if "previous answer was rejected" in prompt:
+            return REWARD_ANSWER
+        return (
+            "```python\ndef compute_reward(processed_state, llm_tasks, tasks):\n    return 0\n```"
+        )
+
+    model = _Scripted(answer)
+    tasks, plan, record = model.obtain({"function": "reward"}, tmp_path)
+    assert "planning_function" in record["refusals"][0]  # the first answer lacked it
+    assert "strategy" not in record  # the reward prompt has no strategy step
+    assert "def compute_reward(processed_state, llm_tasks, tasks)" in record["planning_prompt"]
+    s = _state()  # agent 1 is next to food 0, agent 0 is not
+    np.testing.assert_allclose(plan.rewards(s, jnp.array([LOAD, LOAD])), [-0.01, 0.1])
+    # as a shaper: the model's reward replaces the matching bonus, over any batch shape
+    with serve(model.model) as url:
+        cfg = YOLOConfig(
+            planner="backend", backend="http", function="reward",
+            backend_options={"base_url": url, "model": "stand-in"},
+        )  # fmt: skip
+        shaper = yolo_shaper(envs.make_array_env(ENV), cfg, "add", 1.0, tmp_path / "again")
+    batch = jax.tree.map(lambda x: jnp.stack([x, x]), s)
+    tb = TransitionBatch(
+        obs=None, actions=jnp.array([[LOAD, LOAD], [EAST, LOAD]]), next_obs=None,
+        reward=jnp.zeros((2, 2)), done=jnp.zeros((2,), bool), state=batch,
+    )  # fmt: skip
+    np.testing.assert_allclose(shaper.apply(shaper.params, tb), [[-0.01, 0.1], [-0.01, 0.1]])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"function": "reward"}, "need planner=backend"),
+        ({"use_interpretation": False}, "need planner=backend"),
+        ({"function": "value"}, "function='value'; valid choices: planning, reward"),
+        ({"planner": "oracle"}, "planner='oracle'"),
+    ],
+)
+def test_bad_yolo_kwargs_are_config_errors(kwargs, match):
+    from jaxmarl_llm.config import ConfigError
+
+    raw = {"name": "y", "env": {"name": ENV}, "algo": {"name": "ippo"},
+           "shaping": {"name": "yolo", "kwargs": kwargs}}  # fmt: skip
+    with pytest.raises(ConfigError, match=match):
+        build_config(raw)

@@ -6,10 +6,14 @@
 - Tasks (section 5, LBF): ``TARGET_FOOD_0 .. TARGET_FOOD_{F-1}``, then ``PICKUP``.
 - ``action_matches(state, tasks, actions)``: "target food i" accepts a move that brings
   the agent closer (Manhattan) to a cell next to food i, and ``LOAD`` once it is next to
-  it (the paper's rule; accepting ``NONE`` there too lets an agent park by the food and
-  collect the bonus forever, which MAPPO learned to do: experiments/RESULTS.md);
-  "pickup" accepts ``LOAD``. A task naming collected food accepts
-  anything (there is nothing left to do for it).
+  it (the paper's rule); "pickup" accepts ``LOAD``. A task naming collected food accepts
+  anything (there is nothing left to do for it). Two refinements close loopholes MAPPO
+  found (experiments/RESULTS.md): ``NONE`` next to the food is not accepted (an agent
+  parked there collected the bonus forever), and a move only counts if its cell is open
+  now (on the grid, no food, no other agent), with any open move accepted as a detour
+  when no open cell is closer. Without the latter, an agent lined up behind its partner
+  "approached" by bumping into it every step while the partner loaded alone: both
+  matched their tasks for the rest of the episode and never collected anything.
 - ``REFERENCE_PLANNING_FUNCTION``: what the scripted backend answers, compiled through
   the same sandbox as a model's answer: both agents target the nearest remaining food
   (they must load together), and pick it up once both are next to it.
@@ -57,15 +61,37 @@ def _distance_to_adjacent(pos, food):
     return jnp.maximum(jnp.abs(pos - food).sum(-1) - 1, 0)
 
 
-def action_matches(state: LBFState, tasks: jax.Array, actions: jax.Array) -> jax.Array:
+def open_moves(state: LBFState, grid_size: int) -> jax.Array:
+    """``[N, 6]``: the action is a move (not NONE/LOAD) onto a cell that is on the grid,
+    holds no remaining food and no other agent right now."""
+    n = state.agent_pos.shape[0]
+    cell = state.agent_pos[:, None, :] + MOVES[None]  # [N, 6, 2]
+    inside = ((cell >= 0) & (cell < grid_size)).all(-1)
+    on_food = ((cell[:, :, None, :] == state.food_pos[None, None]).all(-1) & state.food_alive).any(
+        -1
+    )
+    on_agent = (cell[:, :, None, :] == state.agent_pos[None, None]).all(-1)  # [N, 6, N]
+    on_other = (on_agent & ~jnp.eye(n, dtype=bool)[:, None, :]).any(-1)
+    is_move = (MOVES != 0).any(-1)[None]
+    return inside & ~on_food & ~on_other & is_move
+
+
+def action_matches(
+    state: LBFState, tasks: jax.Array, actions: jax.Array, grid_size: int = 8
+) -> jax.Array:
     """``[N]`` bool: does each agent's action carry out its task?"""
     num_food = state.food_pos.shape[0]
     target = jnp.clip(tasks, 0, num_food - 1)
     food = state.food_pos[target]  # [N, 2]
-    here = _distance_to_adjacent(state.agent_pos, food)
-    there = _distance_to_adjacent(state.agent_pos + MOVES[actions], food)
-    adjacent = here == 0
-    approach = jnp.where(adjacent, actions == LOAD, there < here)
+    here = _distance_to_adjacent(state.agent_pos, food)  # [N]
+    cell = state.agent_pos[:, None, :] + MOVES[None]  # [N, 6, 2]
+    closer = _distance_to_adjacent(cell, food[:, None, :]) < here[:, None]
+    open_ = open_moves(state, grid_size)
+    toward = open_ & closer
+    # boxed in (every closer cell holds food or an agent): any open move is the detour
+    good = toward | (open_ & ~toward.any(-1, keepdims=True))
+    move_ok = jnp.take_along_axis(good, actions[:, None], -1)[:, 0]
+    approach = jnp.where(here == 0, actions == LOAD, move_ok)
     gone = ~state.food_alive[target]
     is_pickup = tasks >= num_food
     return jnp.where(is_pickup, actions == LOAD, approach | gone)

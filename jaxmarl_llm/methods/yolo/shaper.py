@@ -11,8 +11,10 @@ prompts in ``RUN_DIR/yolo/``. During training, inside the scan, every agent gets
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,12 @@ import jax.numpy as jnp
 from flax import struct
 
 from envs.array_env import ArrayEnv
-from jaxmarl_llm.methods.yolo import lbf
+from jaxmarl_llm.methods.yolo import lbf, mpe, smax
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
 
 PLANNERS = ("reference", "backend")
+FUNCTIONS = ("planning", "reward")
 
 
 @dataclasses.dataclass
@@ -40,6 +43,28 @@ class YOLOConfig:
     attempts: int = 3  # planning functions asked for before giving up (refusals fed back)
     max_tokens: int = 1024
     use_strategy: bool = True  # ablation: skip strategy generation
+    # ablation: no interpretation function; the model's code reads the raw observations
+    use_interpretation: bool = True
+    # planning: the bonus for actions that carry out the planned task (the method);
+    # reward: the model also writes compute_reward, which is used instead (section 6.3)
+    function: str = "planning"
+
+    @staticmethod
+    def check(cfg: YOLOConfig) -> None:
+        if cfg.planner not in PLANNERS:
+            raise ValueError(f"planner={cfg.planner!r}; valid choices: {', '.join(PLANNERS)}")
+        if cfg.function not in FUNCTIONS:
+            raise ValueError(f"function={cfg.function!r}; valid choices: {', '.join(FUNCTIONS)}")
+        if cfg.reward < 0 or cfg.penalty < 0 or cfg.attempts < 1:
+            raise ValueError("reward and penalty must be >= 0 and attempts >= 1")
+        if cfg.planner == "reference" and (
+            cfg.function != "planning" or not cfg.use_interpretation
+        ):
+            raise ValueError(
+                "function=reward and use_interpretation=false are ablations of what a model "
+                "writes: they need planner=backend (the reference answer is a planning "
+                "function over the interpreted state)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,40 +78,118 @@ class EnvTasks:
     description: str
     rules: str
     tasks_text: str
+    observation_text: str = ""  # the raw observation layout (no-interpretation ablation)
 
 
 def env_tasks(env: ArrayEnv) -> EnvTasks:
+    """The task set of ``env``'s raw jaxmarl environment (LBF, MPE spread or SMAX)."""
+    from jaxmarl.environments.mpe import SimpleSpreadMPE
+    from jaxmarl.environments.smax.heuristic_enemy_smax_env import HeuristicEnemySMAX
+
     from envs.lbf import LevelBasedForaging
+    from envs.spread import FastSimpleSpread
 
     raw = env.env
     if isinstance(raw, LevelBasedForaging):
-        f = raw.num_food
-        return EnvTasks(
-            interpret=lbf.interpret,
-            constants=lbf.task_constants(f),
-            matches=lbf.action_matches,
-            reference=lbf.REFERENCE_PLANNING_FUNCTION,
-            description=(
-                f"This Level-Based Foraging environment has {raw.num_agents} agents and {f} "
-                "food items on a grid. Your goal is to make the agents collaborate and pick "
-                "up all the food."
-            ),
-            rules=(
-                "1. The Pickup action is successful if all the agents pick up the same target "
-                "together.\n2. The Pickup action is only successful if the sum of the levels "
-                "of the agents is equal to or higher than the level of the food.\n3. The "
-                "Pickup action is only allowed if the agents are within a distance of 1 "
-                "relative to the food.\n4. Success Condition: All food must be picked up "
-                f"before {raw.max_steps} steps."
-            ),
-            tasks_text="\n".join(
-                [f"{i + 1}. Target food {i} (TARGET_FOOD_{i})" for i in range(f)]
-                + [f"{f + 1}. Pickup (PICKUP)"]
-            ),
-        )
+        return _lbf_tasks(raw)
+    if isinstance(raw, FastSimpleSpread | SimpleSpreadMPE):
+        return _spread_tasks(raw)
+    if isinstance(raw, HeuristicEnemySMAX):
+        return _smax_tasks(raw)
     raise ValueError(
         f"YOLO-MARL has no task set for {type(raw).__name__}; environments with one: "
-        "lbf:* (MPE and SMAX task sets are not written yet)"
+        "lbf:*, mpe:simple_spread*, smax:*"
+    )
+
+
+def _lbf_tasks(raw) -> EnvTasks:
+    f = raw.num_food
+    return EnvTasks(
+        interpret=lbf.interpret,
+        constants=lbf.task_constants(f),
+        matches=functools.partial(lbf.action_matches, grid_size=raw.grid_size),
+        reference=lbf.REFERENCE_PLANNING_FUNCTION,
+        description=(
+            f"This Level-Based Foraging environment has {raw.num_agents} agents and {f} "
+            "food items on a grid. Your goal is to make the agents collaborate and pick "
+            "up all the food."
+        ),
+        rules=(
+            "1. The Pickup action is successful if all the agents pick up the same target "
+            "together.\n2. The Pickup action is only successful if the sum of the levels "
+            "of the agents is equal to or higher than the level of the food.\n3. The "
+            "Pickup action is only allowed if the agents are within a distance of 1 "
+            "relative to the food.\n4. Success Condition: All food must be picked up "
+            f"before {raw.max_steps} steps."
+        ),
+        observation_text=(
+            "Row i is agent i's observation: for each food (row, col, level), (-1, -1, 0) "
+            "once collected, then for each agent, agent i first, (row, col, level)."
+        ),
+        tasks_text="\n".join(
+            [f"{i + 1}. Target food {i} (TARGET_FOOD_{i})" for i in range(f)]
+            + [f"{f + 1}. Pickup (PICKUP)"]
+        ),
+    )
+
+
+def _spread_tasks(raw) -> EnvTasks:
+    n, L = raw.num_agents, raw.num_landmarks
+    return EnvTasks(
+        interpret=mpe.make_interpret(n),
+        constants=mpe.task_constants(n, L),
+        matches=mpe.make_action_matches(n),
+        reference=mpe.REFERENCE_PLANNING_FUNCTION,
+        description=(
+            f"This Multi-Agent Particle Environment (MPE) multi-agent reinforcement "
+            f"learning environment has {n} agents and {L} landmarks. Your goal is to make "
+            "agents collaborate and cover all the landmarks."
+        ),
+        rules=(
+            "1. Agents must cover all landmarks by minimizing the distances between each "
+            "landmark, with each agent going to a unique landmark.\n2. Agents cannot "
+            "collide with another agent. The collision threshold is 0.3."
+        ),
+        observation_text=(
+            "Row i is agent i's observation: its velocity (2), its position (2), the "
+            f"position of each of the {L} landmarks relative to it (2 each), the position "
+            "of each other agent relative to it (2 each), then communication (zeros)."
+        ),
+        tasks_text="\n".join(
+            [f"{j + 1}. Landmark {j} (LANDMARK_{j})" for j in range(L)]
+            + [f"{L + 1}. No op (NO_OP)"]
+        ),
+    )
+
+
+def _smax_tasks(raw) -> EnvTasks:
+    allies, enemies = raw.num_allies, raw.num_enemies
+    return EnvTasks(
+        interpret=smax.make_interpret(raw),
+        constants=smax.task_constants(),
+        matches=smax.action_matches,
+        reference=smax.REFERENCE_PLANNING_FUNCTION,
+        description=(
+            f"This SMAX (JAX StarCraft Multi-Agent Challenge) map has {allies} allied "
+            f"units controlled by the agents and {enemies} enemy units controlled by a "
+            "scripted policy. Your task is to use the unit information to win the battle "
+            f"within {raw.max_steps} steps."
+        ),
+        rules=(
+            "1. A unit can shoot an enemy within its shooting range (given per ally in "
+            "the processed state).\n2. Success condition: eliminate all enemy units before "
+            "the episode ends.\n3. Failure condition: the episode ends before all "
+            "enemies are dead, or all agents die."
+        ),
+        observation_text=(
+            "Row i is agent i's SMAX observation: for each other unit (allies, then "
+            "enemies) health, relative x, relative y, previous movement x and y, and unit "
+            "type bits, then its own health and unit type bits (zeros for unseen units)."
+        ),
+        tasks_text=(
+            "1. Move (MOVE)\n2. Attack (ATTACK)\n3. Stop (STOP)\n"
+            "4. None, only for dead agents (NONE)"
+        ),
     )
 
 
@@ -98,43 +201,115 @@ class YOLOParams:
 
 def planning_bonus(tasks: EnvTasks, plan, params: YOLOParams, state, actions) -> jax.Array:
     """``[..., N]``: ``+r'`` where the action carries out the planned task, else ``-p'``."""
-    lead = actions.shape[:-1]
-    flat_state = jax.tree.map(lambda x: x.reshape((-1, *x.shape[len(lead) :])), state)
-    flat_actions = actions.reshape((-1, actions.shape[-1]))
-
-    def one(s, a):
-        return tasks.matches(s, plan(tasks.interpret(s)), a)
-
-    ok = jax.vmap(one)(flat_state, flat_actions).reshape(actions.shape)
+    ok = _per_step(lambda s, a: tasks.matches(s, plan.tasks(s), a), state, actions)
     return jnp.where(ok, params.reward, -params.penalty)
 
 
-def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
-    """The compiled planning function and a record of how it was obtained."""
-    tasks = env_tasks(env)
-    _, sample = env.env.reset(jax.random.PRNGKey(0))
-    sample_args = (tasks.interpret(sample),)
+def _per_step(fn, state, actions) -> jax.Array:
+    """``fn(state, actions [N]) -> [N]`` over any leading batch shape of ``actions``."""
+    lead = actions.shape[:-1]
+    flat_state = jax.tree.map(lambda x: x.reshape((-1, *x.shape[len(lead) :])), state)
+    flat_actions = actions.reshape((-1, actions.shape[-1]))
+    return jax.vmap(fn)(flat_state, flat_actions).reshape(actions.shape)
 
-    def compile_source(source: str):
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What the model wrote, compiled: ``view`` (env state -> what its code reads),
+    ``planning`` (view -> task per agent) and, in the reward ablation, ``reward``
+    (view, tasks, actions -> reward per agent)."""
+
+    view: Any
+    planning: Any
+    reward: Any = None
+
+    def tasks(self, state) -> jax.Array:
+        return self.planning(self.view(state))
+
+    def rewards(self, state, actions) -> jax.Array:
+        v = self.view(state)
+        return self.reward(v, self.planning(v), actions)
+
+
+def raw_view(env: ArrayEnv):
+    """The no-interpretation ablation's input: every agent's raw observation ``[N, D]``."""
+
+    def view(state) -> dict:
+        return {"observation": env.stack_obs(env.env.get_obs(state))}
+
+    return view
+
+
+def split_functions(source: str) -> dict[str, str]:
+    """Each top-level function of ``source`` as its own source (the reward ablation's
+    answer holds two); refused if it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as e:
+        raise UnsafeCode(f"does not parse: {e}", getattr(e, "lineno", None)) from None
+    return {
+        node.name: ast.get_source_segment(source, node)
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
+    """``(tasks, plan, record)``: the env's task set, the compiled ``Plan`` and a record
+    of how it was obtained."""
+    YOLOConfig.check(cfg)
+    tasks = env_tasks(env)
+    view = tasks.interpret if cfg.use_interpretation else raw_view(env)
+    _, sample = env.env.reset(jax.random.PRNGKey(0))
+    sample_view = view(jax.tree.map(jnp.asarray, sample))
+    n = env.num_agents
+    int_sample = jnp.zeros((n,), jnp.int32)
+
+    def compile_planning(source: str):
         return compile_function(
-            source,
-            "planning_function",
-            sample_args,
-            out_shape=(env.num_agents,),
-            constants=tasks.constants,
+            source, "planning_function", (sample_view,), out_shape=(n,), constants=tasks.constants
         )
 
-    record: dict[str, Any] = {"planner": cfg.planner}
+    def compile_source(source: str) -> Plan:
+        if cfg.function == "planning":
+            return Plan(view, compile_planning(source))
+        parts = split_functions(source)
+        missing = {"planning_function", "compute_reward"} - set(parts)
+        if missing:
+            raise UnsafeCode(f"the answer must define {' and '.join(sorted(missing))}")
+        reward = compile_function(
+            parts["compute_reward"],
+            "compute_reward",
+            (sample_view, int_sample, int_sample),
+            out_shape=(n,),
+            out_kind="f",
+            constants=tasks.constants,
+        )
+        return Plan(view, compile_planning(parts["planning_function"]), reward)
+
+    record: dict[str, Any] = {"planner": cfg.planner, "function": cfg.function}
     if cfg.planner == "reference":
         plan, source, errors = compile_source(tasks.reference), tasks.reference, []
     else:
-        plan, source, errors, record = _ask_model(env, cfg, tasks, compile_source, artifact_dir)
+        plan, source, errors, asked = _ask_model(env, cfg, tasks, compile_source, artifact_dir)
+        record.update(asked)
     record.update({"source": source, "refusals": errors})
     if artifact_dir is not None:
         artifact_dir.mkdir(parents=True, exist_ok=True)
         (artifact_dir / "planning_function.py").write_text(source)
         (artifact_dir / "record.json").write_text(json.dumps(record, indent=2))
     return tasks, plan, record
+
+
+def _code_information(env: ArrayEnv, cfg: YOLOConfig, tasks: EnvTasks) -> str:
+    if cfg.use_interpretation:
+        return textwrap.dedent(inspect.getsource(tasks.interpret))
+    n, d = env.num_agents, env.obs_dim
+    return f'# processed_state = {{"observation": array of shape [{n}, {d}]}}\n' + "\n".join(
+        f"# {line}" for line in textwrap.wrap(tasks.observation_text, 84)
+    )
 
 
 def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_dir):
@@ -151,21 +326,26 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
         game_rules=tasks.rules,
         task_assignment=tasks.tasks_text,
     )
-    record: dict[str, Any] = {"planner": "backend", "backend": cfg.backend}
+    record: dict[str, Any] = {"backend": cfg.backend}
     try:
         strategy = ""
-        if cfg.use_strategy:
+        if cfg.use_strategy and cfg.function == "planning":
             prompt = templates.render("yolo_strategy", **common)
             strategy = backend.generate([Request(prompt, params=params)])[0].text
             record["strategy_prompt"], record["strategy"] = prompt, strategy
+        template = (
+            "yolo_planning_function" if cfg.function == "planning" else "yolo_reward_function"
+        )
+        extra = {"strategy": strategy or "(none given)"} if cfg.function == "planning" else {}
         prompt = templates.render(
-            "yolo_planning_function",
+            template,
             **common,
-            strategy=strategy or "(none given)",
-            interpretation_function=inspect.getsource(tasks.interpret),
+            **extra,
+            interpretation_function=_code_information(env, cfg, tasks),
             agent_names=", ".join(env.agents),
         )
         record["planning_prompt"] = prompt
+        required = "planning_function" if cfg.function == "planning" else "compute_reward"
 
         def ask(previous_error: str | None) -> str:
             text = (
@@ -173,12 +353,12 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
                 if previous_error is None
                 else (
                     f"{prompt}\n\nYour previous answer was rejected: {previous_error}\n"
-                    "Answer again with a corrected function."
+                    "Answer again with corrected code."
                 )
             )
             answer = backend.generate([Request(text, params=params)])[0].text
             try:
-                return parse_python_block(answer, "planning_function")
+                return parse_python_block(answer, required)
             except ParseError as e:
                 return f"# unparsable answer: {e.reason}"
 
@@ -189,10 +369,7 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
 
 
 def yolo_shaper(env: ArrayEnv, cfg: YOLOConfig, mode, coef, artifact_dir) -> Shaper:
-    if cfg.planner not in PLANNERS:
-        raise ValueError(f"planner={cfg.planner!r}; valid choices: {', '.join(PLANNERS)}")
-    if cfg.reward < 0 or cfg.penalty < 0 or cfg.attempts < 1:
-        raise ValueError("reward and penalty must be >= 0 and attempts >= 1")
+    YOLOConfig.check(cfg)
     try:
         tasks, plan, record = obtain_plan(env, cfg, artifact_dir)
     except UnsafeCode as e:
@@ -202,6 +379,8 @@ def yolo_shaper(env: ArrayEnv, cfg: YOLOConfig, mode, coef, artifact_dir) -> Sha
     )
 
     def apply(p: YOLOParams, batch: TransitionBatch) -> jax.Array:
+        if plan.reward is not None:  # the model's own reward function (section 6.3)
+            return _per_step(plan.rewards, batch.state, batch.actions)
         return planning_bonus(tasks, plan, p, batch.state, batch.actions)
 
     params = YOLOParams(jnp.asarray(cfg.reward, jnp.float32), jnp.asarray(cfg.penalty, jnp.float32))

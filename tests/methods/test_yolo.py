@@ -350,3 +350,53 @@ def test_bad_yolo_kwargs_are_config_errors(kwargs, match):
            "shaping": {"name": "yolo", "kwargs": kwargs}}  # fmt: skip
     with pytest.raises(ConfigError, match=match):
         build_config(raw)
+
+
+def _yolo_figures():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "experiments" / "yolo_figures.py"
+    spec = importlib.util.spec_from_file_location("yolo_figures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_yolo_figure_config_is_valid_and_pairs_with_a_baseline():
+    from jaxmarl_llm.config import load_config
+
+    figures = _yolo_figures()
+    for configs in figures.FIGURES.values():
+        for config in configs:
+            cfg = load_config(config)  # ConfigError if bad
+            assert cfg.shaping.name == "yolo" and len(cfg.compare_with) == 1
+            base = load_config(cfg.compare_with[0])
+            assert base.shaping.name == "identity" and base.env.name == cfg.env.name
+            assert base.algo.name == cfg.algo.name
+
+
+def test_values_at_the_marks_average_seeds_over_the_window(tmp_path):
+    figures = _yolo_figures()
+    steps = np.arange(1, 401) * 5_000  # 2M steps, a row every 5k
+    seed0, seed1 = steps / 2e6, np.full(steps.shape, 0.5)
+    lines = ["update,env_steps,episode_return,episode_return/seed0,episode_return/seed1"]
+    lines += [
+        f"{i},{s},0,{a},{b}" for i, (s, a, b) in enumerate(zip(steps, seed0, seed1, strict=True))
+    ]
+    (tmp_path / "metrics.csv").write_text("\n".join(lines) + "\n")
+    # window: the last 2.5% of 2M = 50k steps before the mark -> rows in (150k, 200k]
+    expect = (steps[(steps > 150_000) & (steps <= 200_000)] / 2e6).mean() / 2 + 0.25
+    assert abs(figures.value_at(tmp_path, 200_000, "episode_return") - expect) < 1e-9
+    assert figures.value_at(tmp_path, 3_000_000, "episode_return") is None  # not reached
+
+
+def test_a_model_that_writes_no_code_gets_a_clear_error_and_its_record_is_kept(tmp_path):
+    from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode
+
+    model = _Scripted(lambda p: "1. The task list is a list of integers.\n" * 5)
+    with pytest.raises(UnsafeCode, match="no acceptable code in 2 attempts: .*python"):
+        model.obtain({"attempts": 2}, tmp_path)
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert "planning_function" in record["planning_prompt"] and "python" in record["error"]
+    assert (tmp_path / "answers.sqlite").exists()  # every answer, for replay

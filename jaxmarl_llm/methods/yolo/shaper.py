@@ -29,6 +29,7 @@ from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
 
 PLANNERS = ("reference", "backend")
 FUNCTIONS = ("planning", "reward")
+UNPARSABLE = "# unparsable answer:"
 
 
 @dataclasses.dataclass
@@ -273,6 +274,8 @@ def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
         )
 
     def compile_source(source: str) -> Plan:
+        if source.startswith(UNPARSABLE):
+            raise UnsafeCode(source[2:])  # the answer held no code: say so, not "no function"
         if cfg.function == "planning":
             return Plan(view, compile_planning(source))
         parts = split_functions(source)
@@ -290,16 +293,26 @@ def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
         return Plan(view, compile_planning(parts["planning_function"]), reward)
 
     record: dict[str, Any] = {"planner": cfg.planner, "function": cfg.function}
+
+    def save(source: str | None = None):
+        if artifact_dir is None:
+            return
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        if source is not None:
+            (artifact_dir / "planning_function.py").write_text(source)
+        (artifact_dir / "record.json").write_text(json.dumps(record, indent=2))
+
     if cfg.planner == "reference":
         plan, source, errors = compile_source(tasks.reference), tasks.reference, []
     else:
-        plan, source, errors, asked = _ask_model(env, cfg, tasks, compile_source, artifact_dir)
-        record.update(asked)
+        try:
+            plan, source, errors = _ask_model(env, cfg, tasks, compile_source, artifact_dir, record)
+        except UnsafeCode as e:  # keep the prompts and the reasons (answers are in the store)
+            record["error"] = str(e)
+            save()
+            raise
     record.update({"source": source, "refusals": errors})
-    if artifact_dir is not None:
-        artifact_dir.mkdir(parents=True, exist_ok=True)
-        (artifact_dir / "planning_function.py").write_text(source)
-        (artifact_dir / "record.json").write_text(json.dumps(record, indent=2))
+    save(source)
     return tasks, plan, record
 
 
@@ -312,7 +325,9 @@ def _code_information(env: ArrayEnv, cfg: YOLOConfig, tasks: EnvTasks) -> str:
     )
 
 
-def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_dir):
+def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_dir, record):
+    """Ask the backend (strategy, then code, refusals fed back); fills ``record`` with the
+    prompts as it goes."""
     from jaxmarl_llm.lm import templates
     from jaxmarl_llm.lm.backend import Request, SamplingParams
     from jaxmarl_llm.lm.factory import make_backend
@@ -326,7 +341,7 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
         game_rules=tasks.rules,
         task_assignment=tasks.tasks_text,
     )
-    record: dict[str, Any] = {"backend": cfg.backend}
+    record["backend"] = cfg.backend
     try:
         strategy = ""
         if cfg.use_strategy and cfg.function == "planning":
@@ -360,12 +375,11 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
             try:
                 return parse_python_block(answer, required)
             except ParseError as e:
-                return f"# unparsable answer: {e.reason}"
+                return f"{UNPARSABLE} {e.reason}"
 
-        plan, source, errors = compile_with_retries(ask, compile_source, cfg.attempts)
+        return compile_with_retries(ask, compile_source, cfg.attempts)
     finally:
         backend.close()
-    return plan, source, errors, record
 
 
 def yolo_shaper(env: ArrayEnv, cfg: YOLOConfig, mode, coef, artifact_dir) -> Shaper:

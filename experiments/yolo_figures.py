@@ -1,0 +1,144 @@
+"""YOLO-MARL's experiments: Table 1 / Fig. 2 (LBF), Fig. 3-4 (MPE spread), Fig. 5 (SMAX 3m).
+
+    python experiments/yolo_figures.py lbf     # MAPPO, QMIX, MADDPG with and without the bonus
+    python experiments/yolo_figures.py mpe     # spread 3 and 4 agents, QMIX and MADDPG
+    python experiments/yolo_figures.py smax    # 3m, recurrent MAPPO (win rate)
+
+Every pair is one ``run.py`` run of ``yolo_<env>_<algo>`` in ``runs/yolo/<config>/``, whose
+baseline runs with the same seeds and budget into ``compare/``; a finished run is reused
+(delete its folder to rerun). Extra ``key=value`` arguments go to every run (e.g.
+``algo.total_timesteps=1000000``). Results: ``experiments/results/yolo/<figure>.md`` (mean
+return of the exploring policy at the paper's marks, mean over seeds of the logged
+updates in the last 2.5% of steps before each mark) and ``<config>.png`` curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "experiments" / "results" / "yolo"
+FIGURES = {
+    "lbf": ["yolo_lbf_mappo", "yolo_lbf_qmix", "yolo_lbf_maddpg"],
+    "mpe": [
+        "yolo_spread_3_qmix",
+        "yolo_spread_3_maddpg",
+        "yolo_spread_4_qmix",
+        "yolo_spread_4_maddpg",
+    ],
+    "smax": ["yolo_smax_3m_mappo"],
+}
+MARKS = (200_000, 400_000, 1_500_000, 2_000_000)  # Table 1's columns
+WINDOW = 0.025  # fraction of the run's steps averaged before each mark
+
+
+def value_at(run_dir: Path, step: int, metric: str) -> float | None:
+    """Mean over seeds and over the logged updates in ``(step - WINDOW * total, step]``."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    header, data = load_metrics(run_dir / "metrics.csv")
+    steps = data["env_steps"]
+    if steps[-1] < step * 0.99:
+        return None
+    lo = step - WINDOW * steps[-1]
+    rows = (steps > lo) & (steps <= step * 1.001)
+    cols = seed_columns(header, metric) or [metric]
+    values = np.stack([data[c][rows] for c in cols], 1)
+    return None if np.isnan(values).all() else float(np.nanmean(values))
+
+
+def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
+    from omegaconf import OmegaConf
+
+    from jaxmarl_llm.config import load_config
+    from jaxmarl_llm.runner import run_into
+
+    rows = []
+    for config in FIGURES[figure]:
+        out = ROOT / "runs" / "yolo" / config
+        summary = run_into(
+            config, [f"progress={not quiet}", *overrides], out, f"[{figure}] {config}"
+        )
+        cfg = OmegaConf.load(out / "config.yaml")
+        metric = "win_rate" if figure == "smax" else "episode_return"
+        total = int(summary["env_steps"])
+        marks = [m for m in MARKS if m <= total * 1.001] or [total]
+        if total not in marks and figure != "lbf":
+            marks.append(total)
+        (baseline,) = cfg.compare_with
+        runs = {"YOLO-MARL": out, "baseline": out / "compare" / Path(baseline).stem}
+        kwargs = load_config(config, overrides).shaping.kwargs
+        for label, run_dir in runs.items():
+            rows.append(
+                {
+                    "figure": figure,
+                    "env": cfg.env.name,
+                    "algo": cfg.algo.name,
+                    "variant": label,
+                    "config": config if label == "YOLO-MARL" else Path(baseline).stem,
+                    "bonus": f"r'={kwargs.reward}, p'={kwargs.penalty}"
+                    if label != "baseline"
+                    else "",
+                    "metric": metric,
+                    "marks": {str(m): value_at(run_dir, m, metric) for m in marks},
+                    "env_steps": total,
+                    "seeds": int(cfg.num_seeds),
+                    "wall_s": json.loads((run_dir / "summary.json").read_text())["wall_s"],
+                }
+            )
+        dest = RESULTS / config
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("comparison.png", "summary.json", "config.yaml"):
+            if (out / name).exists():
+                shutil.copy(out / name, dest / name)
+        record = out / "yolo" / "planning_function.py"
+        if record.exists():
+            shutil.copy(record, dest / "planning_function.py")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
+    (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
+    print(markdown_table(rows))
+    return rows
+
+
+def markdown_table(rows: list[dict]) -> str:
+    marks = sorted({int(m) for r in rows for m in r["marks"]})
+    head = (
+        "| env | algo | variant | "
+        + " | ".join(f"{m / 1e6:g}M" for m in marks)
+        + " | seeds | wall s |\n|---|---|---|"
+        + "---|" * len(marks)
+        + "---|---|\n"
+    )
+    fmt = lambda x: "" if x is None else f"{x:.2f}"
+    lines = []
+    for r in rows:
+        cells = " | ".join(fmt(r["marks"].get(str(m))) for m in marks)
+        variant = r["variant"] + (f" ({r['bonus']})" if r["bonus"] else "")
+        lines.append(
+            f"| {r['env']} | {r['algo']} | {variant} | {cells} | {r['seeds']} | {r['wall_s']:.0f} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("figure", choices=sorted(FIGURES))
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    args = p.parse_args(argv)
+    run_figure(args.figure, args.overrides, args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,9 +7,11 @@
 Every pair is one ``run.py`` run of ``yolo_<env>_<algo>`` in ``runs/yolo/<config>/``, whose
 baseline runs with the same seeds and budget into ``compare/``; a finished run is reused
 (delete its folder to rerun). Extra ``key=value`` arguments go to every run (e.g.
-``algo.total_timesteps=1000000``). Results: ``experiments/results/yolo/<figure>.md`` (mean
-return of the exploring policy at the paper's marks, mean over seeds of the logged
-updates in the last 2.5% of steps before each mark) and ``<config>.png`` curves.
+``algo.total_timesteps=1000000``); ``--only TEXT`` runs only the configs whose name holds
+TEXT and reports the other pairs only where they have finished. Results:
+``experiments/results/yolo/<figure>.md`` (mean return of the exploring policy at the
+paper's marks: the mean over seeds of the logged updates in the last 2.5% of steps
+before each mark; win rate on SMAX) and ``<config>/comparison.png`` curves.
 """
 
 from __future__ import annotations
@@ -54,19 +56,26 @@ def value_at(run_dir: Path, step: int, metric: str) -> float | None:
     return None if np.isnan(values).all() else float(np.nanmean(values))
 
 
-def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
+def run_figure(
+    figure: str, overrides: list[str], quiet: bool, only: str | None = None
+) -> list[dict]:
     from omegaconf import OmegaConf
 
     from jaxmarl_llm.config import load_config
-    from jaxmarl_llm.runner import run_into
+    from jaxmarl_llm.runner import run_comparisons, run_into
 
     rows = []
     for config in FIGURES[figure]:
         out = ROOT / "runs" / "yolo" / config
+        base_out = out / "compare" / Path(load_config(config).compare_with[0]).stem
+        finished = (out / "summary.json").exists() and (base_out / "summary.json").exists()
+        if only and only not in config and not finished:
+            continue  # --only: run just the matching pairs, report the finished ones
         summary = run_into(
             config, [f"progress={not quiet}", *overrides], out, f"[{figure}] {config}"
         )
         cfg = OmegaConf.load(out / "config.yaml")
+        run_comparisons(cfg, out)  # the baseline too, if a kill stopped the run before it
         metric = "win_rate" if figure == "smax" else "episode_return"
         total = int(summary["env_steps"])
         marks = [m for m in MARKS if m <= total * 1.001] or [total]
@@ -134,9 +143,10 @@ def main(argv=None) -> int:
     )
     p.add_argument("figure", choices=sorted(FIGURES))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--only", default=None, help="run only the configs whose name has this text")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_args(argv)
-    run_figure(args.figure, args.overrides, args.quiet)
+    run_figure(args.figure, args.overrides, args.quiet, args.only)
     return 0
 
 

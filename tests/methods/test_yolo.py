@@ -16,6 +16,17 @@ from jaxmarl_llm.methods.yolo.shaper import YOLOParams, env_tasks, obtain_plan
 from jaxmarl_llm.runner import run_experiment
 
 ENV = "lbf:8x8-2p-2f-coop"
+_PLANS: dict = {}
+
+
+def _reference_plan(aenv):
+    """The scripted backend's compiled plan for ``aenv``, once per env type (each
+    compile traces in a fresh interpreter, about 4 s)."""
+    key = (type(aenv.env).__name__, aenv.num_agents)
+    if key not in _PLANS:
+        tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+        _PLANS[key] = (tasks, plan)
+    return _PLANS[key]
 
 
 def _state():
@@ -33,7 +44,7 @@ def _state():
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_the_bonus_rewards_actions_that_carry_out_the_plan(jit):
     aenv = envs.make_array_env(ENV)
-    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    tasks, plan = _reference_plan(aenv)
     params = YOLOParams(jnp.float32(0.02), jnp.float32(0.01))
     bonus = lambda s, a: planning_bonus(tasks, plan, params, s, jnp.asarray(a, jnp.int32))
     bonus = jax.jit(bonus) if jit else bonus
@@ -142,7 +153,7 @@ def test_following_the_plan_collects_everything():
     """A policy that always picks a matching action (uniformly among them) collects all
     food in almost every episode; a uniform random policy almost never does."""
     aenv = envs.make_array_env(ENV)
-    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    tasks, plan = _reference_plan(aenv)
     returns = _plan_following_returns(aenv, tasks, plan, episodes_envs=64, steps=150)
     assert returns["plan"] > 0.97 and returns["random"] < 0.05
 
@@ -185,7 +196,7 @@ def test_mpe_tasks_send_each_agent_to_its_own_landmark():
     from jaxmarl.environments.mpe.simple import State
 
     aenv = envs.make_array_env("mpe:simple_spread_3")
-    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    tasks, plan = _reference_plan(aenv)
     # agents at x = -1, 0, 1 (y = 0); landmarks right above agents 2, 0, 1
     pos = jnp.array([[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.5], [-1.0, 0.5], [0.0, 0.5]])
     _, s0 = aenv.env.reset(jax.random.PRNGKey(0))
@@ -209,7 +220,7 @@ def test_mpe_tasks_send_each_agent_to_its_own_landmark():
 
 def test_mpe_plan_following_beats_random():
     aenv = envs.make_array_env("mpe:simple_spread_3")
-    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    tasks, plan = _reference_plan(aenv)
     returns = _plan_following_returns(aenv, tasks, plan, episodes_envs=64, steps=52)
     assert returns["plan"] > returns["random"] + 20.0  # about -48 against -84 (3 agents)
 
@@ -217,7 +228,7 @@ def test_mpe_plan_following_beats_random():
 @pytest.mark.skipif("smax:3m" not in envs.names(), reason="smax:3m is not registered")
 def test_smax_tasks():
     aenv = envs.make_array_env("smax:3m")
-    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(), None)
+    tasks, plan = _reference_plan(aenv)
     _, s = aenv.env.reset(jax.random.PRNGKey(0))
     c = tasks.constants
     # at the start the teams are far apart: everyone moves in

@@ -1,6 +1,6 @@
 """YOLO-MARL: a one-time LLM planning function, compiled safely to JAX, whose task
 assignments give every agent a small bonus when its action carries out its task
-(``shaping.name: yolo``). Task sets so far: Level-Based Foraging."""
+(``shaping.name: yolo``). Task sets: Level-Based Foraging, MPE simple spread, SMAX."""
 
 from omegaconf import OmegaConf
 

@@ -3,9 +3,16 @@
 Before training, once per run: a planning function is obtained (the scripted backend's
 reference function, or a language model answering the strategy prompt and then the
 planning-function prompt of appendix C), compiled by the sandbox and kept with its
-prompts in ``RUN_DIR/yolo/``. During training, inside the scan, every agent gets
-``+reward`` when its action carries out the task the planning function assigns it and
-``-penalty`` otherwise (appendix A, Table 2), added to the env reward.
+prompts in ``RUN_DIR/yolo/``. During training, inside the scan (or when a replay batch
+is sampled), every agent gets ``+reward`` when its action carries out the task the
+planning function assigns it and ``-penalty`` otherwise (appendix A, Table 2), added to
+the env reward. Task sets: LBF, MPE simple spread and SMAX (``env_tasks``).
+
+Ablations (they need ``planner: backend``: they change what a model is shown or asked):
+``use_strategy: false`` skips the strategy prompt; ``use_interpretation: false`` shows
+the raw observation layout instead of the interpretation function, and the model's code
+reads ``{"observation": [N, D]}``; ``function: reward`` asks for ``compute_reward`` too
+(section 6.3), whose output replaces the bonus.
 """
 
 from __future__ import annotations

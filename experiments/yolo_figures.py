@@ -121,7 +121,7 @@ def markdown_table(rows: list[dict]) -> str:
     marks = sorted({int(m) for r in rows for m in r["marks"]})
     head = (
         "| env | algo | variant | "
-        + " | ".join(f"{m / 1e6:g}M" for m in marks)
+        + " | ".join(f"{m / 1e6:.1f}M" for m in marks)
         + " | seeds | wall s |\n|---|---|---|"
         + "---|" * len(marks)
         + "---|---|\n"

@@ -83,7 +83,7 @@ def run_figure(
             marks.append(total)
         (baseline,) = cfg.compare_with
         runs = {"YOLO-MARL": out, "baseline": out / "compare" / Path(baseline).stem}
-        kwargs = load_config(config, overrides).shaping.kwargs
+        kwargs = cfg.shaping.kwargs
         for label, run_dir in runs.items():
             rows.append(
                 {

@@ -45,6 +45,14 @@ class TeamReward(str, Enum):
     first = "first"
 
 
+class CriticReward(str, Enum):
+    """What MADDPG's critic ``i`` learns: agent ``i``'s own reward or the team's."""
+
+    none = "none"
+    sum = "sum"
+    mean = "mean"
+
+
 class Mixer(str, Enum):
     qmix = "qmix"
     vdn = "vdn"
@@ -167,7 +175,7 @@ class MADDPGConfig:
     activation: Activation = Activation.relu
     param_sharing: ParamSharing = ParamSharing.shared
     agent_ids: bool = True
-    team_reward: str = "none"  # none: critic i learns agent i's reward; sum / mean: the team's
+    team_reward: CriticReward = CriticReward.none  # none: agent i's own reward
 
 
 ALGO_SCHEMAS: dict[str, type] = {
@@ -330,11 +338,6 @@ def _check(cfg: DictConfig) -> None:
     a = cfg.algo
     _positive(cfg, "algo.num_steps")
     if cfg.algo.name == "maddpg":
-        if a.team_reward not in ("none", "sum", "mean"):
-            raise ConfigError(
-                f"bad value for config key 'algo.team_reward': {a.team_reward!r}; "
-                "valid choices: none, sum, mean"
-            )
         _positive(cfg, "algo.actor_lr", "algo.critic_lr")
     else:
         _positive(cfg, "algo.lr")

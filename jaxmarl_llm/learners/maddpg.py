@@ -249,8 +249,7 @@ class MADDPG:
         return jnp.broadcast_to(team_reward(r, self.team)[..., None], r.shape)
 
     # ----- losses --------------------------------------------------------------------
-    def critic_loss(self, critic_params, target_params, actor_params, items, shaper_params, rng):
-        del actor_params
+    def critic_loss(self, critic_params, target_params, items, shaper_params, rng):
         a = self.env.num_actions
         next_logits = self.logits(target_params["actor"], items.next_obs, items.next_avail)
         next_joint = gumbel_softmax_st(rng, next_logits, self.temperature)
@@ -283,7 +282,7 @@ class MADDPG:
             k_sample, k_critic, k_actor = jax.random.split(key, 3)
             items = self.buffer.sample(buffer_state, k_sample).experience
             (c_loss, q_mean), c_grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-                params["critic"], target, params["actor"], items, state.shaper_params, k_critic
+                params["critic"], target, items, state.shaper_params, k_critic
             )
             c_upd, c_opt = self.tx["critic"].update(c_grads, opt["critic"], params["critic"])
             critic = optax.apply_updates(params["critic"], c_upd)

@@ -11,7 +11,9 @@ baseline runs with the same seeds and budget into ``compare/``; a finished run i
 TEXT and reports the other pairs only where they have finished. Results:
 ``experiments/results/yolo/<figure>.md`` (mean return of the exploring policy at the
 paper's marks: the mean over seeds of the logged updates in the last 2.5% of steps
-before each mark; win rate on SMAX) and ``<config>/comparison.png`` curves.
+before each mark; win rate on SMAX; and, for runs with greedy evaluations, the mean of
+the evaluations in the last 5% before each mark, as the paper reports evaluation
+returns) and ``<config>/comparison.png`` curves.
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ FIGURES = {
     ],
     "smax": ["yolo_smax_3m_mappo"],
 }
+EVAL_METRIC = {"episode_return": "eval_return", "win_rate": "eval_win_rate"}
 MARKS = (200_000, 400_000, 1_500_000, 2_000_000)  # Table 1's columns
 WINDOW = 0.025  # fraction of the run's steps averaged before each mark
+EVAL_WINDOW = 0.05  # the same for greedy evaluations, which are sparser than updates
 
 
 def value_at(run_dir: Path, step: int, metric: str) -> float | None:
@@ -52,6 +56,26 @@ def value_at(run_dir: Path, step: int, metric: str) -> float | None:
     lo = step - WINDOW * steps[-1]
     rows = (steps > lo) & (steps <= step * 1.001)
     cols = seed_columns(header, metric) or [metric]
+    values = np.stack([data[c][rows] for c in cols], 1)
+    return None if np.isnan(values).all() else float(np.nanmean(values))
+
+
+def eval_value_at(run_dir: Path, step: int, metric: str) -> float | None:
+    """Mean over seeds of the greedy evaluations (``eval.csv``) in
+    ``(step - EVAL_WINDOW * total, step]``; None for runs without evaluations there."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    if not (run_dir / "eval.csv").exists():
+        return None
+    header, data = load_metrics(run_dir / "eval.csv")
+    _, train = load_metrics(run_dir / "metrics.csv")
+    steps = data["env_steps"]
+    rows = (steps > step - EVAL_WINDOW * train["env_steps"][-1]) & (steps <= step * 1.001)
+    cols = seed_columns(header, metric)
+    if not rows.any() or not cols:
+        return None
     values = np.stack([data[c][rows] for c in cols], 1)
     return None if np.isnan(values).all() else float(np.nanmean(values))
 
@@ -97,6 +121,9 @@ def run_figure(
                     else "",
                     "metric": metric,
                     "marks": {str(m): value_at(run_dir, m, metric) for m in marks},
+                    "eval_marks": {
+                        str(m): eval_value_at(run_dir, m, EVAL_METRIC[metric]) for m in marks
+                    },
                     "env_steps": total,
                     "seeds": int(cfg.num_seeds),
                     "wall_s": json.loads((run_dir / "summary.json").read_text())["wall_s"],
@@ -112,12 +139,15 @@ def run_figure(
             shutil.copy(record, dest / "planning_function.py")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
-    (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
-    print(markdown_table(rows))
+    tables = "Exploring policy during training:\n\n" + markdown_table(rows)
+    if any(v is not None for r in rows for v in r["eval_marks"].values()):
+        tables += "\nGreedy evaluation (eval.csv):\n\n" + markdown_table(rows, "eval_marks")
+    (RESULTS / f"{figure}.md").write_text(tables)
+    print(tables)
     return rows
 
 
-def markdown_table(rows: list[dict]) -> str:
+def markdown_table(rows: list[dict], key: str = "marks") -> str:
     marks = sorted({int(m) for r in rows for m in r["marks"]})
     head = (
         "| env | algo | variant | "
@@ -129,7 +159,7 @@ def markdown_table(rows: list[dict]) -> str:
     fmt = lambda x: "" if x is None else f"{x:.2f}"
     lines = []
     for r in rows:
-        cells = " | ".join(fmt(r["marks"].get(str(m))) for m in marks)
+        cells = " | ".join(fmt(r[key].get(str(m))) for m in marks)
         variant = r["variant"] + (f" ({r['bonus']})" if r["bonus"] else "")
         lines.append(
             f"| {r['env']} | {r['algo']} | {variant} | {cells} | {r['seeds']} | {r['wall_s']:.0f} |"

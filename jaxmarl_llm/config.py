@@ -82,6 +82,15 @@ class WandbConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Greedy evaluation between chunks (``jaxmarl_llm/learners/evaluation.py``)."""
+
+    every: int = 0  # chunks (of log_every updates) between evaluations; 0: never
+    episodes: int = 32  # per seed, one per parallel env (PyMARL's test_nepisode)
+    max_steps: int = 1000  # step cap; an episode still running then is left out
+
+
+@dataclass
 class PPOConfig:
     """IPPO / MAPPO. Defaults are the common PPO setting (CleanRL/PureJaxRL/JaxMARL)."""
 
@@ -204,6 +213,7 @@ class ExperimentConfig:
     progress: bool = True
     plot: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     # configs (names or YAML paths) also run, with this run's seeds, into
     # <run_dir>/compare/<name>; comparison.png shows every curve together
     compare_with: list[str] = field(default_factory=list)
@@ -335,6 +345,12 @@ def _check(cfg: DictConfig) -> None:
     _positive(
         cfg, "num_seeds", "log_every", "checkpoint_every", "algo.total_timesteps", "algo.num_envs"
     )
+    _positive(cfg, "eval.episodes", "eval.max_steps")
+    if cfg.eval.every < 0:
+        raise ConfigError(
+            f"bad value for config key 'eval.every': {cfg.eval.every} (chunks between greedy "
+            "evaluations; 0 turns them off)"
+        )
     a = cfg.algo
     _positive(cfg, "algo.num_steps")
     if cfg.algo.name == "maddpg":

@@ -58,7 +58,8 @@ def load_metrics(csv_path: str | Path) -> tuple[list[str], np.ndarray]:
 
 
 def plot_run(run_dir: str | Path, metric: str = "episode_return") -> Path | None:
-    """``curve.png`` for a run folder: ``metric`` per seed against env steps."""
+    """``curve.png`` for a run folder: ``metric`` per seed against env steps, and the
+    greedy evaluations of ``eval.csv`` where the run has them."""
     run_dir = Path(run_dir)
     header, data = load_metrics(run_dir / "metrics.csv")
     cols = seed_columns(header, metric)
@@ -66,12 +67,17 @@ def plot_run(run_dir: str | Path, metric: str = "episode_return") -> Path | None
         return None
     values = np.stack([data[c] for c in cols], axis=1)
     label = run_dir.name
-    return plot_curves(
-        {label: (data["env_steps"], values)},
-        run_dir / "curve.png",
-        ylabel=metric.replace("_", " "),
-        title=label,
-    )
+    runs = {label: (data["env_steps"], values)}
+    eval_metric = {"episode_return": "eval_return", "win_rate": "eval_win_rate"}.get(metric)
+    if eval_metric and (run_dir / "eval.csv").exists():
+        header, evals = load_metrics(run_dir / "eval.csv")
+        cols = seed_columns(header, eval_metric)
+        if cols:
+            runs[f"{label}, greedy evaluation"] = (
+                evals["env_steps"],
+                np.stack([evals[c] for c in cols], axis=1),
+            )
+    return plot_curves(runs, run_dir / "curve.png", ylabel=metric.replace("_", " "), title=label)
 
 
 def plot_runs(

@@ -7,6 +7,7 @@ side runs inside the scan. A run folder holds::
     config.yaml     the resolved config
     metrics.csv     one row per update: env steps, per-seed return / win rate, losses, steps/s
     summary.json    final return mean/std over seeds, env steps, wall and compile time
+    eval.csv        greedy evaluations (``eval.every`` > 0): one row per evaluation
     curve.png       return against env steps, mean and min-max over seeds
     compare/        runs of ``compare_with`` (baselines) with the same seeds, and
     comparison.png  every curve in one plot
@@ -32,11 +33,12 @@ from omegaconf import DictConfig, OmegaConf
 import envs
 from jaxmarl_llm.config import ConfigError, to_yaml
 from jaxmarl_llm.learners import make_learner, run_chunk
+from jaxmarl_llm.learners.evaluation import make_evaluate
 from jaxmarl_llm.plotting import plot_run, plot_runs
 from jaxmarl_llm.shaping.feedback import check_feedback, due_round
 from jaxmarl_llm.shaping.registry import ShaperContext, build_shaper
 
-PER_SEED_METRICS = ("episode_return", "win_rate")
+PER_SEED_METRICS = ("episode_return", "win_rate", "eval_return", "eval_win_rate")
 # Keys a resumed run may change; anything else must match the run being resumed.
 RESUMABLE_OVERRIDES = ("resume", "progress", "plot", "wandb")
 
@@ -46,6 +48,17 @@ class RunResult:
     run_dir: Path
     summary: dict
     state: Any = field(repr=False, default=None)
+
+
+def load_run_config(run_dir: Path) -> DictConfig:
+    """A run folder's saved config, checked against today's schema (keys added since the
+    run was made get their defaults)."""
+    from jaxmarl_llm.config import build_config
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise ConfigError(f"{run_dir} is not a run folder (no config.yaml)")
+    return build_config(OmegaConf.load(path))
 
 
 def default_run_dir(cfg: DictConfig) -> Path:
@@ -218,7 +231,7 @@ def run_experiment(
     """
     if cfg.resume:
         run_dir = Path(cfg.resume)
-        saved = OmegaConf.load(run_dir / "config.yaml")
+        saved = load_run_config(run_dir)
         check_resume_config(saved, cfg)
         for k in RESUMABLE_OVERRIDES:
             if k != "resume":
@@ -246,6 +259,7 @@ def run_experiment(
         check_feedback(feedback, learner, chunk, cfg.algo.name, int(cfg.algo.num_envs))
         collect = jax.jit(jax.vmap(learner.collect, in_axes=(0, 0, None)), static_argnums=2)
 
+    evaluate = _make_evaluate(cfg, env, learner)
     init = jax.jit(jax.vmap(learner.init))
     chunk_fns: dict[int, Any] = {}
 
@@ -276,7 +290,10 @@ def run_experiment(
     remaining = max(total_updates - done_updates, 0)
     for n in {min(chunk, remaining), remaining % chunk} - {0}:
         chunk_fns[n] = chunk_fn(n).lower(state).compile()
+    if evaluate is not None:
+        evaluate = evaluate.lower(state, _eval_keys(cfg, 0)).compile()
     compile_s = time.perf_counter() - t_compile
+    eval_writer = MetricsWriter(run_dir / "eval.csv", done_updates if cfg.resume else None)
 
     logger = _Wandb(cfg, run_dir)
     bar = _progress(total_updates * steps_per_update, done_updates * steps_per_update, cfg.progress)
@@ -286,6 +303,7 @@ def run_experiment(
     wall0 = time.perf_counter()
     chunks_done = 0
     last_return = float("nan")
+    eval_s = 0.0
     try:
         while done_updates < total_updates:
             n = min(chunk, total_updates - done_updates)
@@ -309,6 +327,19 @@ def run_experiment(
             postfix = {"return": f"{last_return:.3g}", "sps": f"{sps:,.0f}"}
             if "win_rate" in rows[-1] and not _isnan(rows[-1]["win_rate"]):
                 postfix["win"] = f"{rows[-1]['win_rate']:.2f}"
+            if evaluate is not None and (
+                chunks_done % cfg.eval.every == 0 or done_updates >= total_updates
+            ):
+                t1 = time.perf_counter()
+                row = eval_row(
+                    jax.device_get(evaluate(state, _eval_keys(cfg, done_updates))),
+                    done_updates,
+                    steps_per_update,
+                )
+                eval_s += time.perf_counter() - t1
+                eval_writer.write([row])
+                logger.log([row])
+                postfix["eval"] = f"{row['eval_return']:.3g}"
             bar.set_postfix(postfix, refresh=False)
             bar.update(n * steps_per_update)
             round_index = due_round(feedback, done_updates, total_updates)
@@ -343,6 +374,7 @@ def run_experiment(
         "compile_s": compile_s,
         "run_s": run_s,
         "feedback_s": feedback_s,  # online shaper refits between chunks (not in run_s)
+        "eval_s": eval_s,  # greedy evaluations between chunks (not in run_s)
         # all seeds together; per-seed throughput is this divided by num_seeds
         "env_steps_per_s": run_steps * cfg.num_seeds / run_s if run_s else None,
         "device": str(jax.devices()[0]),
@@ -351,6 +383,7 @@ def run_experiment(
     if wins.size:
         summary["final_win_rate_mean"] = float(np.nanmean(wins))
         summary["final_win_rate_per_seed"] = [float(x) for x in wins]
+    summary.update(final_eval(run_dir / "eval.csv"))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if cfg.plot:
         plot_run(run_dir)
@@ -358,6 +391,85 @@ def run_experiment(
         summary["compare"] = run_comparisons(cfg, run_dir)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return RunResult(run_dir=run_dir, summary=summary, state=state)
+
+
+@dataclass
+class TrainedRun:
+    cfg: DictConfig
+    env: Any
+    learner: Any
+    state: Any  # the train state of every seed, leaves [seeds, ...]
+    updates: int  # updates done at the checkpoint
+
+
+def load_trained(run_dir: Path) -> TrainedRun:
+    """Rebuild a run's env, shaper and learner and restore its latest checkpoint."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    env = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    shaper = build_shaper(cfg.shaping, env, ShaperContext(run_dir=run_dir, seed=int(cfg.seed)))
+    learner = make_learner(cfg.algo, env, shaper)
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_seeds)
+    abstract = jax.eval_shape(jax.vmap(learner.init), keys)
+    ckpt = (run_dir / "checkpoints").absolute()
+    if not ckpt.is_dir():
+        raise ConfigError(f"{run_dir} has no checkpoints/ folder to load")
+    with ocp.CheckpointManager(ckpt) as mgr:
+        step = mgr.latest_step()
+        if step is None:
+            raise ConfigError(f"{run_dir} has no checkpoint to load")
+        state = mgr.restore(step, args=ocp.args.StandardRestore(abstract))
+    return TrainedRun(cfg=cfg, env=env, learner=learner, state=state, updates=int(step))
+
+
+def _make_evaluate(cfg: DictConfig, env, learner):
+    """The jitted, seed-vmapped greedy evaluation, or None when ``eval.every`` is 0."""
+    if not cfg.eval.every:
+        return None
+    if learner.policy is None:
+        raise ConfigError(
+            f"eval.every={cfg.eval.every}: algo {cfg.algo.name!r} has no greedy policy to "
+            "evaluate; set eval.every=0"
+        )
+    fn = make_evaluate(env, learner.policy, int(cfg.eval.episodes), int(cfg.eval.max_steps))
+    return jax.jit(jax.vmap(fn))
+
+
+def _eval_keys(cfg: DictConfig, updates_done: int) -> jax.Array:
+    """Evaluation keys per seed, fixed by the seed and the update count (so a resumed
+    run evaluates exactly as an uninterrupted one)."""
+    key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 0xE7A1)
+    return jax.random.split(jax.random.fold_in(key, updates_done), cfg.num_seeds)
+
+
+def eval_row(metrics: dict, updates_done: int, steps_per_update: int) -> dict:
+    """One ``eval.csv`` row from evaluation metrics shaped ``[seeds]``."""
+    row = {"update": updates_done, "env_steps": updates_done * steps_per_update}
+    for k, v in metrics.items():
+        col = np.asarray(v, float)
+        row[k] = float(np.nanmean(col)) if not np.all(np.isnan(col)) else float("nan")
+        if k in PER_SEED_METRICS:
+            for s, x in enumerate(col):
+                row[f"{k}/seed{s}"] = float(x)
+    return row
+
+
+def final_eval(csv_path: Path) -> dict:
+    """The last greedy evaluation of a run as summary fields (none without ``eval.csv``)."""
+    if not csv_path.exists():
+        return {}
+    with csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return {}
+    last = rows[-1]
+    out = {"final_eval_env_steps": int(last["env_steps"])}
+    for metric in ("eval_return", "eval_win_rate"):
+        seeds = [float(last[c]) for c in last if c.startswith(f"{metric}/seed")]
+        if seeds:
+            out[f"final_{metric}_mean"] = float(np.nanmean(seeds))
+            out[f"final_{metric}_per_seed"] = seeds
+    return out
 
 
 def _feedback_round(cfg, feedback, collect, state, round_index: int, run_dir: Path):

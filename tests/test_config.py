@@ -44,6 +44,9 @@ def test_overrides_apply_and_floats_become_ints():
         (["shaping.mode=multiply"], ["shaping.mode", "add, replace"]),
         (["resume=/no/such/run"], ["resume", "not a run folder"]),
         (["algo.lr"], ["key=value"]),
+        (["eval.every=-1"], ["eval.every", "0 turns them off"]),
+        (["eval.episodes=0"], ["eval.episodes", "> 0"]),
+        (["eval.epsiodes=8"], ["eval.epsiodes", "Did you mean 'episodes'"]),
     ],
 )
 def test_bad_input_names_the_key(override, fragments):

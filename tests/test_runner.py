@@ -49,11 +49,19 @@ class Killed(Exception):
     pass
 
 
+EVAL = ["eval.every=2", "eval.episodes=4", "eval.max_steps=30"]
+
+
 def test_run_folder_contents(tmp_path):
-    result = run_experiment(tiny_cfg(tmp_path))
+    result = run_experiment(tiny_cfg(tmp_path, "ippo", *EVAL))
     d = result.run_dir
-    for f in ("config.yaml", "metrics.csv", "summary.json", "curve.png"):
+    for f in ("config.yaml", "metrics.csv", "summary.json", "curve.png", "eval.csv"):
         assert (d / f).exists(), f
+    # 3 chunks of 2 updates, an evaluation every 2 chunks and one at the end
+    evals = list(csv.DictReader((d / "eval.csv").open()))
+    assert [int(r["update"]) for r in evals] == [4, 6]
+    assert {"eval_return/seed0", "eval_return/seed1", "eval_length"} <= set(evals[0])
+    assert [float(r["eval_episodes"]) for r in evals] == [4.0, 4.0]  # MPE: 25 steps
     rows = list(csv.DictReader((d / "metrics.csv").open()))
     assert [int(r["update"]) for r in rows] == [1, 2, 3, 4, 5, 6]
     assert int(rows[-1]["env_steps"]) == 6 * 64
@@ -66,6 +74,10 @@ def test_run_folder_contents(tmp_path):
     assert np.isfinite(summary["final_return_mean"]) and summary["compile_s"] > 0
     # seeds are independent: different returns
     assert summary["final_return_per_seed"][0] != summary["final_return_per_seed"][1]
+    assert summary["final_eval_env_steps"] == 384
+    assert summary["final_eval_return_per_seed"] == [
+        float(evals[-1][f"eval_return/seed{i}"]) for i in range(2)
+    ]
     assert any((d / "checkpoints").iterdir())
 
 
@@ -75,24 +87,34 @@ def _leaves(state):
 
 @pytest.mark.parametrize("algo", ["ippo", "qmix"])
 def test_resume_matches_uninterrupted_run(tmp_path, algo):
-    full = run_experiment(tiny_cfg(tmp_path / "full", algo))
+    eval_every_chunk = ["eval.every=1", "eval.episodes=4", "eval.max_steps=30"]
+    full = run_experiment(tiny_cfg(tmp_path / "full", algo, *eval_every_chunk))
 
     def kill_after_first_chunk(updates_done, state, rows):
         if updates_done == 2:
             raise Killed
 
     with pytest.raises(Killed):
-        run_experiment(tiny_cfg(tmp_path / "killed", algo), on_chunk=kill_after_first_chunk)
+        run_experiment(
+            tiny_cfg(tmp_path / "killed", algo, *eval_every_chunk),
+            on_chunk=kill_after_first_chunk,
+        )
     killed_dir = tmp_path / "killed" / "run"
     assert len(list(csv.DictReader((killed_dir / "metrics.csv").open()))) == 2
 
-    resumed = run_experiment(tiny_cfg(tmp_path / "other", algo, f"resume={killed_dir}"))
+    resumed = run_experiment(
+        tiny_cfg(tmp_path / "other", algo, *eval_every_chunk, f"resume={killed_dir}")
+    )
     assert resumed.run_dir == killed_dir
     for a, b in zip(_leaves(full.state), _leaves(resumed.state), strict=True):
         np.testing.assert_array_equal(a, b)
     rows_full = list(csv.DictReader((full.run_dir / "metrics.csv").open()))
     rows_res = list(csv.DictReader((killed_dir / "metrics.csv").open()))
     assert [r["episode_return"] for r in rows_full] == [r["episode_return"] for r in rows_res]
+    evals_full = list(csv.DictReader((full.run_dir / "eval.csv").open()))
+    evals_res = list(csv.DictReader((killed_dir / "eval.csv").open()))
+    assert [r["update"] for r in evals_res] == ["2", "4", "6"]
+    assert evals_full == evals_res
 
 
 def test_resume_refuses_changed_config(tmp_path):

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.shaping.base import ALL_FIELDS, TransitionBatch
 
 
@@ -26,6 +27,8 @@ class Learner(NamedTuple):
     # learner's env states, state and next_state filled; the train state is not changed.
     # Online feedback (rewards refit during training) needs it; None where not provided.
     collect: Callable[[Any, jax.Array, int], Any] | None = None
+    # the deterministic policy, for greedy evaluation (``evaluation.make_evaluate``)
+    policy: GreedyPolicy | None = None
 
     def train(self, rng: jax.Array) -> tuple[Any, dict]:
         """All updates in one scan: ``(final state, metrics stacked over updates)``."""

@@ -41,6 +41,7 @@ from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
 from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics
+from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.networks import MLP, AgentParams, ParamSharing, with_agent_ids
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward, team_reward
 
@@ -209,6 +210,11 @@ class MADDPG:
         """Sampled legal actions ``[B, N]`` (the exploration policy)."""
         logits = self.logits(params["actor"], obs, avail)
         return jax.random.categorical(rng, logits).astype(jnp.int32)
+
+    def greedy_act(self, state: MADDPGState, carry, obs, avail, first):
+        """The most likely legal action of every actor: ``(None, actions [B, N])``."""
+        logits = self.logits(state.params["actor"], obs, avail)
+        return carry, jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
     # ----- buffer --------------------------------------------------------------------
     def _item_spec(self) -> Transition:
@@ -398,6 +404,7 @@ class MADDPG:
             num_updates=self.num_updates,
             env_steps_per_update=self.env_steps_per_update,
             collect=self.collect,
+            policy=GreedyPolicy(lambda state, num_envs: None, self.greedy_act),
         )
 
 

@@ -88,12 +88,17 @@ class ActorCritic(nn.Module):
     hidden: Sequence[int] = (64, 64)
     activation: str = "tanh"
 
-    @nn.compact
+    def setup(self):
+        self.actor = MLP(self.hidden, self.num_actions, self.activation, 0.01)
+        self.critic = MLP(self.hidden, 1, self.activation, 1.0)
+
     def __call__(self, x, critic_inputs=None):
-        logits = MLP(self.hidden, self.num_actions, self.activation, 0.01, name="actor")(x)
         c = x if critic_inputs is None else critic_inputs
-        value = MLP(self.hidden, 1, self.activation, 1.0, name="critic")(c)[..., 0]
-        return logits, value
+        return self.actor(x), self.critic(c)[..., 0]
+
+    def policy_logits(self, x):
+        """The actor alone (acting and evaluation need no value)."""
+        return self.actor(x)
 
 
 class RecurrentActor(nn.Module):
@@ -167,17 +172,26 @@ class AgentParams:
         rngs = jax.random.split(rng, self.num_groups)
         return jax.vmap(lambda r: self.module.init(r, *sample_inputs))(rngs)
 
-    def apply(self, params, *inputs, agent_axes: Sequence[int | None] | None = None, out_axes=None):
+    def apply(
+        self,
+        params,
+        *inputs,
+        agent_axes: Sequence[int | None] | None = None,
+        out_axes=None,
+        method=None,
+    ):
         """Apply to inputs that each carry the agent axis at ``agent_axes[i]``
         (default: second to last). ``out_axes`` (a prefix of the output pytree) says
         where the agent axis goes in the outputs; default: ``agent_axes[0]``. With shared
-        parameters the inputs are passed through as they are.
+        parameters the inputs are passed through as they are. ``method`` names another
+        method of the module to call (flax's ``apply(..., method=)``).
         """
+        apply = lambda p, *x: self.module.apply(p, *x, method=method)
         if self.num_groups == 1:
-            return self.module.apply(params, *inputs)
+            return apply(params, *inputs)
         if agent_axes is None:
             agent_axes = [x.ndim - 2 for x in inputs]
         out_axis = agent_axes[0] if out_axes is None else out_axes
         per_agent = jax.tree.map(lambda p: p[self.groups], params)
-        f = jax.vmap(self.module.apply, in_axes=(0, *agent_axes), out_axes=out_axis)
+        f = jax.vmap(apply, in_axes=(0, *agent_axes), out_axes=out_axis)
         return f(per_agent, *inputs)

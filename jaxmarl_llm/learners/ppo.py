@@ -21,6 +21,7 @@ from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
 from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics, step_transitions
+from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, value_loss
 from jaxmarl_llm.learners.networks import (
     ActorCritic,
@@ -270,6 +271,25 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
 
         return collect_steps(act, s, key, steps)
 
+    def greedy_act(s: PPOState, carry, obs, avail, first):
+        """The most likely legal action of every agent (the actor alone)."""
+        x = actor_inputs(obs)
+        if cfg.recurrent:
+            resets = jnp.broadcast_to(first[:, None], obs.shape[:-1])[None]
+            carry, logits = actor.apply(
+                s.params["actor"], carry, x[None], resets, agent_axes=(1, 2, 2), out_axes=(1, 2)
+            )
+            logits = logits[0]
+        elif net.num_groups == 1:
+            flat = net.apply(s.params, x.reshape(-1, x.shape[-1]), method="policy_logits")
+            logits = flat.reshape(*x.shape[:-1], -1)
+        else:
+            logits = net.apply(s.params, x, method="policy_logits")
+        return carry, jnp.argmax(masked(logits, avail), axis=-1).astype(jnp.int32)
+
+    def greedy_carry(s: PPOState, num_envs: int):
+        return jnp.zeros((num_envs, n, cfg.gru_hidden_dim)) if cfg.recurrent else None
+
     # ---- loss ----------------------------------------------------------------------
     def loss_fn(params, mb: Rollout, adv, targets, carries):
         if cfg.recurrent:
@@ -391,6 +411,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         num_updates=num_updates,
         env_steps_per_update=T * E,
         collect=collect,
+        policy=GreedyPolicy(greedy_carry, greedy_act),
     )
 
 

@@ -41,6 +41,7 @@ from flax.linen.initializers import constant
 
 from envs.array_env import ArrayEnv, ArrayEnvState
 from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics
+from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.initializers import orthogonal
 from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
 from jaxmarl_llm.learners.networks import AgentParams, ParamSharing, ResetGRU, with_agent_ids
@@ -271,6 +272,14 @@ class QLearning:
         explore = jax.random.uniform(r_explore, greedy.shape) < epsilon
         return hidden, jnp.where(explore, random, greedy), q
 
+    def greedy_act(self, state: QLearningState, hidden, obs, avail, first):
+        """The legal action of highest Q (epsilon 0): ``(hidden, actions [B, N])``."""
+        hidden, q = self.agent_q(state.params["agent"], hidden, obs[None], first[None])
+        return hidden, masked_argmax(q[0], avail)
+
+    def greedy_carry(self, state: QLearningState, num_envs: int):
+        return jnp.zeros((num_envs, self.env.num_agents, self.hidden_dim))
+
     # ----- buffer --------------------------------------------------------------------
     def _item_spec(self) -> Transition:
         """Zeros with the layout of one stored item (flashbax infers storage from it)."""
@@ -465,6 +474,7 @@ class QLearning:
             num_updates=self.num_updates,
             env_steps_per_update=self.env_steps_per_update,
             collect=self.collect,
+            policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
         )
 
 

@@ -402,6 +402,21 @@ def test_values_at_the_marks_average_seeds_over_the_window(tmp_path):
     assert figures.value_at(tmp_path, 3_000_000, "episode_return") is None  # not reached
 
 
+def test_greedy_values_at_the_marks_read_eval_csv(tmp_path):
+    figures = _yolo_figures()
+    (tmp_path / "metrics.csv").write_text(
+        "update,env_steps,episode_return\n1,1000000,0\n2,2000000,0\n"
+    )
+    assert figures.eval_value_at(tmp_path, 200_000, "eval_return") is None  # no eval.csv
+    lines = ["update,env_steps,eval_return,eval_return/seed0,eval_return/seed1"]
+    lines += [f"{s // 1000},{s},0,{s / 1e6},1.0" for s in range(40_000, 2_000_001, 40_000)]
+    (tmp_path / "eval.csv").write_text("\n".join(lines) + "\n")
+    # window: the last 5% of 2M = 100k steps before the mark -> evaluations at 120k-200k
+    expect = (np.mean([0.12, 0.16, 0.2]) + 1.0) / 2
+    assert abs(figures.eval_value_at(tmp_path, 200_000, "eval_return") - expect) < 1e-9
+    assert figures.eval_value_at(tmp_path, 20_000, "eval_return") is None  # none by then
+
+
 def test_a_model_that_writes_no_code_gets_a_clear_error_and_its_record_is_kept(tmp_path):
     from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode
 

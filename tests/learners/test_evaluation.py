@@ -1,0 +1,153 @@
+"""Greedy evaluation: known answers on a toy env, every learner's greedy policy, no retracing."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from toy_envs import MaskedBandit, RaceLine
+
+from envs.array_env import ArrayEnv
+from jaxmarl_llm.config import MADDPGConfig, PPOConfig, QLearningConfig
+from jaxmarl_llm.learners import make_learner
+from jaxmarl_llm.learners.evaluation import GreedyPolicy, make_evaluate
+from jaxmarl_llm.shaping import identity_shaper
+
+RIGHT, STAY = 2, 0
+
+
+def constant_policy(action: int) -> GreedyPolicy:
+    """Every agent always plays ``action``; the carry counts calls (checks it is threaded)."""
+
+    def act(train_state, carry, obs, avail, first):
+        return carry + 1, jnp.full(obs.shape[:2], action, jnp.int32)
+
+    return GreedyPolicy(lambda train_state, num_envs: jnp.zeros((), jnp.int32), act)
+
+
+def race_starts(key, num_episodes: int, env: RaceLine) -> np.ndarray:
+    """Start positions ``[E, N]`` the evaluation draws: it splits its key as ``make_evaluate``."""
+    r_reset, _ = jax.random.split(key)
+    return np.stack(
+        [np.asarray(env.reset(k)[1].pos) for k in jax.random.split(r_reset, num_episodes)]
+    )
+
+
+class TestKnownAnswers(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_always_right_wins_every_episode_in_the_expected_steps(self):
+        race = RaceLine(num_agents=2, length=6, max_steps=12)
+        env = ArrayEnv(race, won_fn=lambda e, s: e.won(s))
+        evaluate = self.variant(make_evaluate(env, constant_policy(RIGHT), 16, 100))
+        key = jax.random.PRNGKey(3)
+        m = evaluate(None, key)
+        starts = race_starts(key, 16, race)
+        # each agent needs length-1-pos steps; the episode ends when the last one arrives
+        expected_length = (race.length - 1 - starts.min(axis=1)).mean()
+        np.testing.assert_allclose(m["eval_length"], expected_length, rtol=1e-6)
+        np.testing.assert_allclose(m["eval_return"], 1.0)  # team reward 1, mean over agents
+        np.testing.assert_allclose(m["eval_win_rate"], 1.0)
+        assert int(m["eval_episodes"]) == 16
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_standing_still_times_out_without_reward(self):
+        env = ArrayEnv(RaceLine(max_steps=12), won_fn=lambda e, s: e.won(s))
+        m = self.variant(make_evaluate(env, constant_policy(STAY), 8, 100))(
+            None, jax.random.PRNGKey(0)
+        )
+        np.testing.assert_allclose(m["eval_length"], 12.0)
+        np.testing.assert_allclose(m["eval_return"], 0.0)
+        np.testing.assert_allclose(m["eval_win_rate"], 0.0)
+
+    def test_episodes_past_the_step_cap_are_left_out(self):
+        env = ArrayEnv(RaceLine(max_steps=12), won_fn=lambda e, s: e.won(s))
+        m = jax.jit(make_evaluate(env, constant_policy(STAY), 8, 5))(None, jax.random.PRNGKey(0))
+        assert int(m["eval_episodes"]) == 0
+        assert np.isnan(m["eval_return"]) and np.isnan(m["eval_win_rate"])
+
+    def test_each_env_counts_its_first_episode_once(self):
+        # bandit episodes last 4 steps; a 100-step cap would allow 25 episodes per env,
+        # but the loop stops when every env has finished one
+        env = ArrayEnv(MaskedBandit(horizon=4))
+        m = jax.jit(make_evaluate(env, constant_policy(1), 8, 100))(None, jax.random.PRNGKey(0))
+        assert int(m["eval_episodes"]) == 8
+        np.testing.assert_allclose(m["eval_length"], 4.0)
+        assert "eval_win_rate" not in m  # the env reports no wins
+
+    def test_bad_sizes_are_refused(self):
+        env = ArrayEnv(MaskedBandit())
+        with pytest.raises(ValueError, match="num_episodes > 0"):
+            make_evaluate(env, constant_policy(1), 0, 10)
+
+
+def _cfg(algo: str):
+    if algo in ("ippo", "mappo", "ippo_gru"):
+        return PPOConfig(
+            name=algo.removesuffix("_gru"),
+            recurrent=algo.endswith("_gru"),
+            gru_hidden_dim=16,
+            total_timesteps=16 * 8 * 40,
+            num_envs=16,
+            num_steps=8,
+            lr=3e-3,
+            anneal_lr=False,
+            num_minibatches=2 if not algo.endswith("_gru") else 4,
+            hidden_sizes=[32, 32],
+        )
+    if algo == "qmix":
+        return QLearningConfig(
+            total_timesteps=8 * 8 * 60,
+            num_envs=8,
+            num_steps=8,
+            buffer_size=200,
+            batch_size=16,
+            learning_starts=128,
+            hidden_dim=32,
+            lr=5e-3,
+            eps_decay=0.5,
+        )
+    return MADDPGConfig(
+        total_timesteps=16 * 8 * 80,
+        num_envs=16,
+        num_steps=8,
+        learning_starts=512,
+        hidden_sizes=[32, 32],
+        batch_size=128,
+        actor_lr=3e-3,
+        critic_lr=3e-3,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["ippo", "mappo", "ippo_gru", "qmix", "maddpg"])
+def test_trained_greedy_policy_is_optimal_and_legal(algo):
+    """After training on the masked bandit the greedy policy plays the best legal action
+    every step (return 4 = horizon) and never the masked one (worth 2)."""
+    env = ArrayEnv(MaskedBandit())
+    learner = make_learner(_cfg(algo), env, identity_shaper())
+    evaluate = make_evaluate(env, learner.policy, 16, 50)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    untrained = jax.jit(jax.vmap(evaluate))(jax.vmap(learner.init)(keys), keys)
+    state, _ = jax.jit(jax.vmap(learner.train))(keys)
+    m = jax.jit(jax.vmap(evaluate))(state, keys)
+    np.testing.assert_allclose(m["eval_return"], 4.0, atol=1e-5)
+    assert np.all(np.asarray(untrained["eval_return"]) <= 4.0 + 1e-5)
+    assert np.asarray(m["eval_episodes"]).tolist() == [16, 16]
+
+
+def test_evaluation_compiles_once_and_leaves_the_state_alone():
+    env = ArrayEnv(MaskedBandit())
+    learner = make_learner(_cfg("ippo"), env, identity_shaper())
+    traces = []
+
+    def counted(state, key):
+        traces.append(1)
+        return make_evaluate(env, learner.policy, 8, 50)(state, key)
+
+    evaluate = jax.jit(counted)
+    state = learner.init(jax.random.PRNGKey(0))
+    before = jax.tree.map(np.asarray, state)
+    for i in range(3):
+        evaluate(state, jax.random.PRNGKey(i))
+    assert len(traces) == 1
+    chex.assert_trees_all_equal(before, jax.tree.map(np.asarray, state))

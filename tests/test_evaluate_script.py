@@ -1,0 +1,36 @@
+"""experiments/evaluate.py: greedy evaluation of a finished run's checkpoint."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+from test_runner import EVAL, tiny_cfg
+
+from jaxmarl_llm.runner import run_experiment
+
+
+def _script():
+    path = Path(__file__).resolve().parents[1] / "experiments" / "evaluate.py"
+    spec = importlib.util.spec_from_file_location("evaluate_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evaluates_the_last_checkpoint_like_the_runs_own_evaluation(tmp_path, capsys):
+    run = run_experiment(tiny_cfg(tmp_path, "qmix", *EVAL)).run_dir
+    # the run's last evaluation used 4 episodes and these keys; the script's own seed
+    # and episode count differ, so compare what must agree: shapes, counts, ranges
+    assert _script().main([str(run), "--episodes", "8", "--max-steps", "30"]) == 0
+    result = json.loads((run / "evaluation.json").read_text())
+    assert result["env_steps"] == 192 and result["algo"] == "qmix"
+    assert result["eval_episodes_per_seed"] == [8.0, 8.0]  # MPE episodes last 25 steps
+    assert len(result["eval_return_per_seed"]) == 2
+    assert all(np.isfinite(x) and x < 0 for x in result["eval_return_per_seed"])  # MPE costs
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == result
+
+
+def test_a_folder_that_is_no_run_is_refused_by_name(tmp_path, capsys):
+    assert _script().main([str(tmp_path)]) == 2
+    assert "is not a run folder" in capsys.readouterr().err

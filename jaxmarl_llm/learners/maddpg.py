@@ -189,9 +189,19 @@ class MADDPG:
         """``Q_i`` ``[..., N]`` from world state ``[..., S]`` and one-hot joint actions
         ``[..., N, A]`` (every agent's critic sees the same joint action)."""
         n = self.env.num_agents
-        flat_joint = joint.reshape((*joint.shape[:-2], -1))
-        x = jnp.concatenate([world_state, flat_joint], -1)
-        x = jnp.broadcast_to(x[..., None, :], (*x.shape[:-1], n, x.shape[-1]))
+        joints = jnp.broadcast_to(joint[..., None, :, :], (*joint.shape[:-2], n, *joint.shape[-2:]))
+        return self.own_q_values(critic_params, world_state, joints)
+
+    def own_q_values(self, critic_params, world_state: jax.Array, joints: jax.Array) -> jax.Array:
+        """``Q_i`` ``[..., N]`` where critic ``i`` sees its own joint action
+        ``joints[..., i, :, :]`` (``[..., N(i), N, A]``): one critic pass per agent, as the
+        actor loss needs (agent ``i``'s sample, the others' stored actions)."""
+        n = self.env.num_agents
+        flat_joint = joints.reshape((*joints.shape[:-2], -1))  # [..., N(i), N * A]
+        ws = jnp.broadcast_to(
+            world_state[..., None, :], (*flat_joint.shape[:-1], world_state.shape[-1])
+        )
+        x = jnp.concatenate([ws, flat_joint], -1)
         x = with_agent_ids(x) if self.cfg.agent_ids else x
         lead = x.shape[:-2]
         flat = x.reshape((-1, n, x.shape[-1]))
@@ -272,11 +282,9 @@ class MADDPG:
         logits = self.logits(actor_params, items.obs, items.avail)  # [B, N, A]
         pi = gumbel_softmax_st(rng, logits, self.temperature)
         stored = jax.nn.one_hot(items.actions, a)
-        own = jnp.eye(n, dtype=bool)[:, None, :, None]  # [N(i), 1, N, 1]
-        joint = jnp.where(own, pi[None], stored[None])  # [N(i), B, N, A]
-        ws = jnp.broadcast_to(items.world_state, (n, *items.world_state.shape))
-        q = self.q_values(critic_params, ws, joint)  # [N(i), B, N]
-        q_own = jnp.diagonal(q, axis1=0, axis2=2)  # [B, N]: Q_i with agent i's sample
+        own = jnp.eye(n, dtype=bool)[None, :, :, None]  # [1, N(i), N, 1]
+        joints = jnp.where(own, pi[:, None], stored[:, None])  # [B, N(i), N, A]
+        q_own = self.own_q_values(critic_params, items.world_state, joints)  # [B, N]
         legal = items.avail.astype(jnp.float32)
         reg = ((logits * legal) ** 2).sum() / jnp.maximum(legal.sum(), 1.0)
         return -q_own.mean() + float(self.cfg.actor_reg) * reg

@@ -150,3 +150,20 @@ def test_learner_checks_sizes():
         MADDPG(small_cfg(buffer_size=32), env, identity_shaper())
     with pytest.raises(ValueError, match="batch_size"):
         MADDPG(small_cfg(batch_size=2048), env, identity_shaper())
+
+
+def test_each_critic_sees_its_own_joint_action_in_one_pass():
+    """``own_q_values`` (what the actor loss uses) gives critic ``i`` the joint action
+    ``joints[i]``: equal to evaluating every critic on every joint and taking the diagonal."""
+    env = envs.make_array_env("mpe:simple_spread_3")
+    m = MADDPG(small_cfg(), env, identity_shaper())
+    critic = m.init_params(jax.random.PRNGKey(0))["critic"]
+    n, a, b = env.num_agents, env.num_actions, 5
+    k1, k2 = jax.random.split(jax.random.PRNGKey(1))
+    ws = jax.random.normal(k1, (b, env.world_state_dim))
+    joints = jax.nn.one_hot(jax.random.randint(k2, (b, n, n), 0, a), a)  # [B, N(i), N, A]
+    own = m.own_q_values(critic, ws, joints)
+    every = jnp.stack([m.q_values(critic, ws, joints[:, i]) for i in range(n)], 1)  # [B, N(i), N]
+    np.testing.assert_allclose(own, jnp.diagonal(every, axis1=1, axis2=2), rtol=1e-5, atol=1e-6)
+    # critics differ by agent id, so distinct joints give distinct values
+    assert not np.allclose(own[:, 0], own[:, 1])

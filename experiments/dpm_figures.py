@@ -91,6 +91,23 @@ def _steps_to(run_dir: Path, target: float, window: int = 10) -> int | None:
     return int(data["env_steps"][hit[0]]) if hit.size else None
 
 
+def _eval_steps_to(run_dir: Path, target: float, window: int = 2) -> int | None:
+    """First env step at which the seeds' mean greedy test win rate (``eval.csv``),
+    averaged over the last ``window`` evaluations, reaches ``target``."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    if not (run_dir / "eval.csv").exists():
+        return None
+    header, data = load_metrics(run_dir / "eval.csv")
+    cols = seed_columns(header, "eval_win_rate")
+    mean = np.nan_to_num(np.nanmean(np.stack([data[c] for c in cols], 1), 1))
+    rolling = np.array([mean[max(0, i - window + 1) : i + 1].mean() for i in range(mean.size)])
+    hit = np.nonzero(rolling >= target)[0]
+    return int(data["env_steps"][hit[0]]) if hit.size else None
+
+
 def _feedback_summary(run_dir: Path) -> dict:
     path = run_dir / "feedback.json"
     if not path.exists():
@@ -139,6 +156,9 @@ def run_figure(
                     "win_rate_mean": summary.get("final_win_rate_mean"),
                     "win_rate_per_seed": summary.get("final_win_rate_per_seed"),
                     "steps_to": {str(t): _steps_to(out, t) for t in WIN_TARGETS},
+                    "test_win_rate_mean": summary.get("final_eval_win_rate_mean"),
+                    "test_win_rate_per_seed": summary.get("final_eval_win_rate_per_seed"),
+                    "test_steps_to": {str(t): _eval_steps_to(out, t) for t in WIN_TARGETS},
                     "env_steps": summary["env_steps"],
                     "wall_s": summary["wall_s"],
                     "env_steps_per_s": summary["env_steps_per_s"],
@@ -168,18 +188,27 @@ def run_figure(
 
 
 def markdown_table(rows: list[dict]) -> str:
+    tested = any(r.get("test_win_rate_mean") is not None for r in rows)
+    test_head = "| greedy test win rate (per seed) | test steps to 0.5 / 0.9 " if tested else ""
     head = (
-        "| map | variant | final win rate (per seed) | steps to 0.5 / 0.9 | held-out agreement "
-        "traj. / agent | Pearson r_hat vs dense | env steps | steps/s | feedback s |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| map | variant | final win rate (per seed) | steps to 0.5 / 0.9 "
+        + test_head
+        + "| held-out agreement traj. / agent | Pearson r_hat vs dense | env steps | steps/s "
+        "| feedback s |\n|---|---|---|---|---|---|---|---|---|"
+        + ("---|---|" if tested else "")
+        + "\n"
     )
     fmt = lambda x: "" if x is None else f"{x:.2f}"
+    per_seed = lambda ws: ", ".join(f"{w:.2f}" for w in ws or [])
+    reached = lambda d: " / ".join(f"{v:,}" if v is not None else "not reached" for v in d.values())
     lines = []
     for r in rows:
-        seeds = ", ".join(f"{w:.2f}" for w in r["win_rate_per_seed"] or [])
-        steps = " / ".join(
-            f"{v:,}" if v is not None else "not reached" for v in r["steps_to"].values()
-        )
+        seeds = per_seed(r["win_rate_per_seed"])
+        steps = reached(r["steps_to"])
+        if tested:
+            test_seeds = per_seed(r.get("test_win_rate_per_seed"))
+            test_steps = reached(r["test_steps_to"]) if r.get("test_steps_to") else ""
+            steps += f" | {fmt(r.get('test_win_rate_mean'))} ({test_seeds}) | {test_steps}"
         agree = (
             f"{fmt(r.get('heldout_trajectory'))} / {fmt(r.get('heldout_agent'))}"
             if "rounds" in r

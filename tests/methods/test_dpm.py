@@ -336,3 +336,24 @@ def test_queries_through_an_openai_compatible_endpoint_count_tokens(tmp_path, sm
     agent = new["agent"]
     valid = np.asarray(agent.pair_valid)
     assert valid.any() and (np.asarray(agent.label)[..., 0, 1][valid[..., 0, 1]] == 1.0).all()
+
+
+def test_test_win_rate_columns_come_from_eval_csv(tmp_path):
+    figures = _figures()
+    assert figures._eval_steps_to(tmp_path, 0.9) is None  # no evaluations
+    lines = ["update,env_steps,eval_win_rate,eval_win_rate/seed0,eval_win_rate/seed1"]
+    wins = [(0.2, 0.4), (0.9, 1.0), (0.8, 0.8), (1.0, 0.9), (0.95, 0.95)]
+    lines += [f"{i},{(i + 1) * 1000},0,{a},{b}" for i, (a, b) in enumerate(wins)]
+    (tmp_path / "eval.csv").write_text("\n".join(lines) + "\n")
+    # seed means 0.3, 0.95, 0.8, 0.95, 0.95; over 2 evaluations: 0.3, 0.625, 0.875, 0.875, 0.95
+    assert figures._eval_steps_to(tmp_path, 0.9) == 5000
+    assert figures._eval_steps_to(tmp_path, 0.5) == 2000
+    row = {
+        "map": "3m", "variant": "DPM", "win_rate_mean": 0.8, "win_rate_per_seed": [0.8, 0.8],
+        "steps_to": {"0.5": 1000, "0.9": None}, "test_win_rate_mean": 0.95,
+        "test_win_rate_per_seed": [0.95, 0.95], "test_steps_to": {"0.5": 2000, "0.9": 5000},
+        "env_steps": 5000, "env_steps_per_s": 10.0, "feedback_s": 0.0,
+    }  # fmt: skip
+    table = figures.markdown_table([row])
+    assert "greedy test win rate" in table and "| 0.95 (0.95, 0.95) | 2,000 / 5,000 |" in table
+    assert table.splitlines()[1].count("---") == len(table.splitlines()[2].split("|")) - 2

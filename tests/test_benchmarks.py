@@ -1,21 +1,13 @@
 """The benchmark scripts run and print the JSON fields RESULTS.md is built from."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from scripts import load_script
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"benchmarks_{name}"] = module  # dataclasses (flax modules) look it up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py")
 
 
 @pytest.mark.parametrize(

@@ -1,21 +1,16 @@
 """experiments/evaluate.py: greedy evaluation of a finished run's checkpoint."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
+from scripts import load_script
 from test_runner import EVAL, tiny_cfg
 
 from jaxmarl_llm.runner import run_experiment
 
 
 def _script():
-    path = Path(__file__).resolve().parents[1] / "experiments" / "evaluate.py"
-    spec = importlib.util.spec_from_file_location("evaluate_script", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/evaluate.py")
 
 
 def test_evaluates_the_last_checkpoint_like_the_runs_own_evaluation(tmp_path, capsys):

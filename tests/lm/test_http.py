@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import subprocess
@@ -13,6 +12,7 @@ import traceback
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from jaxmarl_llm.lm.backend import Backend, BackendError, Completion, Request, SamplingParams
 from jaxmarl_llm.lm.http import HTTPBackendError, OpenAICompatibleBackend
@@ -392,10 +392,7 @@ def test_fault_plan_parse_and_echo_backend():
 
 
 def test_throughput_benchmark_runs(capfd):
-    path = ROOT / "benchmarks" / "http_throughput.py"
-    spec = importlib.util.spec_from_file_location("benchmarks_http_throughput", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/http_throughput.py")
     out = module.main(["--requests", "20", "--concurrency", "1", "4", "--in-process", "--json"])
     printed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
     assert printed == out

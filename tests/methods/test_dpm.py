@@ -276,14 +276,9 @@ def test_subset_prompts_rank_only_the_described_allies_and_small_rounds_are_refu
 
 
 def _figures():
-    import importlib.util
-    from pathlib import Path
+    from scripts import load_script
 
-    path = Path(__file__).resolve().parents[2] / "experiments" / "dpm_figures.py"
-    spec = importlib.util.spec_from_file_location("dpm_figures", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/dpm_figures.py")
 
 
 def test_every_figure_variant_is_a_valid_config():

@@ -364,14 +364,9 @@ def test_bad_yolo_kwargs_are_config_errors(kwargs, match):
 
 
 def _yolo_figures():
-    import importlib.util
-    from pathlib import Path
+    from scripts import load_script
 
-    path = Path(__file__).resolve().parents[2] / "experiments" / "yolo_figures.py"
-    spec = importlib.util.spec_from_file_location("yolo_figures", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments/yolo_figures.py")
 
 
 def test_every_yolo_figure_config_is_valid_and_pairs_with_a_baseline():

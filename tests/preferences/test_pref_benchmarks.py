@@ -1,19 +1,12 @@
 """The preference benchmark scripts run (tiny settings) and print their JSON fields."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from scripts import load_script
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"benchmarks_{name}"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py")
 
 
 def test_preference_training_json(capfd):

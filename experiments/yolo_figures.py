@@ -137,8 +137,13 @@ def run_figure(
         record = out / "yolo" / "planning_function.py"
         if record.exists():
             shutil.copy(record, dest / "planning_function.py")
+    previous = RESULTS / f"{figure}.json"
+    if previous.exists():  # keep the rows of pairs not run or reported this time
+        done = {r["config"] for r in rows}
+        kept = [r for r in json.loads(previous.read_text()) if r["config"] not in done]
+        rows = [{**r, "eval_marks": r.get("eval_marks", {})} for r in kept] + rows
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
+    previous.write_text(json.dumps(rows, indent=2))
     tables = "Exploring policy during training:\n\n" + markdown_table(rows)
     if any(v is not None for r in rows for v in r["eval_marks"].values()):
         tables += "\nGreedy evaluation (eval.csv):\n\n" + markdown_table(rows, "eval_marks")

@@ -206,9 +206,12 @@ def markdown_table(rows: list[dict]) -> str:
         seeds = per_seed(r["win_rate_per_seed"])
         steps = reached(r["steps_to"])
         if tested:
-            test_seeds = per_seed(r.get("test_win_rate_per_seed"))
-            test_steps = reached(r["test_steps_to"]) if r.get("test_steps_to") else ""
-            steps += f" | {fmt(r.get('test_win_rate_mean'))} ({test_seeds}) | {test_steps}"
+            if r.get("test_win_rate_mean") is None:  # a run made without test episodes
+                steps += " |  | "
+            else:
+                test_seeds = per_seed(r.get("test_win_rate_per_seed"))
+                test_steps = reached(r["test_steps_to"])
+                steps += f" | {fmt(r['test_win_rate_mean'])} ({test_seeds}) | {test_steps}"
         agree = (
             f"{fmt(r.get('heldout_trajectory'))} / {fmt(r.get('heldout_agent'))}"
             if "rounds" in r
@@ -231,7 +234,7 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--only", default=None, help="run only the variants whose label has this text")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # overrides may follow --only etc.
     maps = args.maps or (["8m"] if args.figure == "subset" else ["3m"])
     run_figure(args.figure, maps, args.overrides, args.quiet, args.only)
     return 0

@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         "--only", default=None, help="run only the variants whose label contains this text"
     )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every variant")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # overrides may follow --only etc.
     if args.figure == "appendix":
         from experiments.lca_reward_rollout import main as rollout
 

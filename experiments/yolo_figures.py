@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--only", default=None, help="run only the configs whose name has this text")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # overrides may follow --only etc.
     run_figure(args.figure, args.overrides, args.quiet, args.only)
     return 0
 

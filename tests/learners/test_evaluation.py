@@ -119,7 +119,7 @@ def _cfg(algo: str):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["ippo", "mappo", "ippo_gru", "qmix", "maddpg"])
+@pytest.mark.parametrize("algo", ["ippo", "ippo_gru", "qmix", "maddpg"])
 def test_trained_greedy_policy_is_optimal_and_legal(algo):
     """After training on the masked bandit the greedy policy plays the best legal action
     every step (return 4 = horizon) and never the masked one (worth 2)."""

@@ -352,3 +352,11 @@ def test_test_win_rate_columns_come_from_eval_csv(tmp_path):
     table = figures.markdown_table([row])
     assert "greedy test win rate" in table and "| 0.95 (0.95, 0.95) | 2,000 / 5,000 |" in table
     assert table.splitlines()[1].count("---") == len(table.splitlines()[2].split("|")) - 2
+
+
+def test_overrides_may_follow_the_options(monkeypatch):
+    figures = _figures()
+    calls = []
+    monkeypatch.setattr(figures, "run_figure", lambda *a: calls.append(a))
+    figures.main(["main", "--maps", "3m", "8m", "--only", "DPM", "seed=1"])
+    assert calls == [("main", ["3m", "8m"], ["seed=1"], False, "DPM")]

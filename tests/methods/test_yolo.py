@@ -421,3 +421,11 @@ def test_a_model_that_writes_no_code_gets_a_clear_error_and_its_record_is_kept(t
     record = json.loads((tmp_path / "record.json").read_text())
     assert "planning_function" in record["planning_prompt"] and "python" in record["error"]
     assert (tmp_path / "answers.sqlite").exists()  # every answer, for replay
+
+
+def test_figure_overrides_may_follow_the_options(monkeypatch):
+    figures = _yolo_figures()
+    calls = []
+    monkeypatch.setattr(figures, "run_figure", lambda *a: calls.append(a))
+    figures.main(["mpe", "--only", "spread_4", "--quiet", "algo.total_timesteps=1000000"])
+    assert calls == [("mpe", ["algo.total_timesteps=1000000"], True, "spread_4")]

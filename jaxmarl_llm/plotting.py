@@ -57,8 +57,10 @@ def load_metrics(csv_path: str | Path) -> tuple[list[str], np.ndarray]:
     return list(data.dtype.names), data
 
 
-def plot_run(run_dir: str | Path, metric: str = "episode_return") -> Path | None:
-    """``curve.png`` for a run folder: ``metric`` per seed against env steps, and the
+def plot_run(
+    run_dir: str | Path, metric: str = "episode_return", filename: str = "curve.png"
+) -> Path | None:
+    """``filename`` in a run folder: ``metric`` per seed against env steps, and the
     greedy evaluations of ``eval.csv`` where the run has them."""
     run_dir = Path(run_dir)
     header, data = load_metrics(run_dir / "metrics.csv")
@@ -77,7 +79,7 @@ def plot_run(run_dir: str | Path, metric: str = "episode_return") -> Path | None
                 evals["env_steps"],
                 np.stack([evals[c] for c in cols], axis=1),
             )
-    return plot_curves(runs, run_dir / "curve.png", ylabel=metric.replace("_", " "), title=label)
+    return plot_curves(runs, run_dir / filename, ylabel=metric.replace("_", " "), title=label)
 
 
 def plot_runs(

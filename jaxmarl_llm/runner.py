@@ -9,6 +9,7 @@ side runs inside the scan. A run folder holds::
     summary.json    final return mean/std over seeds, env steps, wall and compile time
     eval.csv        greedy evaluations (``eval.every`` > 0): one row per evaluation
     curve.png       return against env steps, mean and min-max over seeds
+    win_curve.png   the same for the win rate, where the env reports wins
     compare/        runs of ``compare_with`` (baselines) with the same seeds, and
     comparison.png  every curve in one plot
     checkpoints/    orbax checkpoints of the whole train state (resume=RUN_DIR continues)
@@ -387,6 +388,8 @@ def run_experiment(
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if cfg.plot:
         plot_run(run_dir)
+        if "final_win_rate_mean" in summary:
+            plot_run(run_dir, "win_rate", "win_curve.png")
     if cfg.compare_with:
         summary["compare"] = run_comparisons(cfg, run_dir)
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -139,6 +139,10 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
         assert all(np.isfinite(r["final_loss"])) and all(s > 0 for s in r["scale"])
         for kind in ("trajectory", "agent"):  # random held-out queries, after the refit
             assert all(0.0 <= a <= 1.0 for a in r[f"eval_{kind}_agreement"])
+        # ordered strict pairs: at most N (N - 1) = 6 per labelled 3m step, per seed
+        assert len(r["agent_strict_pairs"]) == 2
+        assert all(0 <= c <= 6 * 5 for c in r["agent_strict_pairs"])
+        assert all(c >= 0 for c in r["eval_agent_strict_pairs"])
     assert rounds["1"]["labels_total_per_seed"]["trajectory"] == 10
     # each round's labelled queries, for a resumed run to rebuild the datasets from
     assert sorted(p.name for p in (result.run_dir / "dpm").iterdir()) == [

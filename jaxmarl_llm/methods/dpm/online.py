@@ -391,6 +391,12 @@ class DPMFeedback:
         }
         if text_report is not None:
             report["text"] = text_report
+        # ordered agent pairs the teacher ranked strictly (not a tie), per seed: agreement
+        # over few of them is noise (a policy that rarely acts gives mostly ties)
+        strict = lambda d: host((d.pair_valid & (d.label != 0.5)).reshape(seeds, -1).sum(-1))
+        if "agent" in new:
+            report["agent_strict_pairs"] = strict(new["agent"])
+        report["eval_agent_strict_pairs"] = strict(q["eval"]["agent"])
         for k in ("trajectory", "agent"):  # after the refit, on random unseen queries
             report[f"eval_{k}_agreement"] = host(held_out[k])
         for k in new:

@@ -24,6 +24,13 @@ def pytest_configure(config):
 
     import jax
 
+    # Most test time is XLA compiling tiny configs, not running them: LLVM's -O1 instead
+    # of -O3 halves the compile time of a QMIX learner on a 2-core CPU with the same run
+    # time. Set before the backend starts; a user's own XLA_FLAGS win.
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_backend_optimization_level" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=1".strip()
+
     cache = os.environ.get("JAXMARL_TEST_XLA_CACHE") or str(config.rootpath / ".xla_test_cache")
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

@@ -9,6 +9,7 @@ import envs
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.config import PPOConfig
 from jaxmarl_llm.learners import ppo
+from jaxmarl_llm.learners.evaluation import make_evaluate
 from jaxmarl_llm.shaping import identity_shaper
 
 
@@ -46,13 +47,20 @@ def train(cfg, env, seeds=2):
 )
 def test_learns_bandit_and_respects_mask(kw):
     env = ArrayEnv(MaskedBandit())
-    state, metrics = train(small_cfg(**kw), env)
+    cfg = small_cfg(**kw)
+    state, metrics = train(cfg, env)
     ret = np.asarray(metrics["episode_return"])  # [seeds, updates], mean over agents
     # Optimal return is horizon * 1 = 4; the masked action (worth 2) must never be taken.
     assert ret[:, 0].mean() < 2.0, ret[:, 0]
     assert ret[:, -5:].mean() > 3.5, ret[:, -5:]
     assert np.all(ret <= 4.0 + 1e-5), "an agent took the masked action"
     assert np.all(np.isfinite(np.asarray(metrics["value_loss"])))
+    # the greedy policy (learners/evaluation.py) plays the best legal action every step
+    learner = ppo.make_learner(cfg, env, identity_shaper())
+    evaluate = jax.jit(jax.vmap(make_evaluate(env, learner.policy, 16, 50)))
+    m = evaluate(state, jax.random.split(jax.random.PRNGKey(1), 2))
+    np.testing.assert_allclose(m["eval_return"], 4.0, atol=1e-5)
+    assert np.asarray(m["eval_episodes"]).tolist() == [16, 16]
 
 
 def test_per_agent_params_are_separate():

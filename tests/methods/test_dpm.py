@@ -54,6 +54,10 @@ def test_teacher_ranks_focus_fire_over_lone_attacks_over_idle_healthy_agents(sma
     # no enemy in range and not attacking: unrated (the agent may be closing in)
     far = _units(s, unit_positions=s.state.unit_positions.at[:3, 0].set(2.0))
     assert not contributions(far, [STOP, STOP, STOP])[1].any()
+    # ... unless idle agents are ranked lowest wherever they are
+    scores, rated = agent_contributions(aenv, far, jnp.full(3, STOP, jnp.int32), True)
+    np.testing.assert_array_equal(rated, [True, True, True])
+    np.testing.assert_array_equal(scores, [0.0, 0.0, 0.0])
 
 
 def test_segment_value_prefers_damage_dealt_over_damage_taken(smax):

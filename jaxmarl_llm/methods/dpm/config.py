@@ -40,6 +40,9 @@ class DPMConfig:
     max_retries: int = 2
     # describe only the first k allies in agent-ranking prompts (section 4.5); 0: all
     describe_agents: int = 0
+    # array teacher: rank healthy allies that do not attack lowest even with no enemy in
+    # range (default: unrated, they may be closing in); experiments/RESULTS.md, DPM
+    idle_out_of_range: bool = False
     # scripted teacher noise: probability an answer is flipped
     mistake: float = 0.0
     rounds: int = 10

@@ -106,7 +106,9 @@ class DPMFeedback:
         out: dict[str, Any] = {}
         t_len, e = consensus.shape
         scores, rated = _map_steps(
-            lambda s, a: agent_contributions(env, s, a), batch.state, batch.actions
+            lambda s, a: agent_contributions(env, s, a, cfg.idle_out_of_range),
+            batch.state,
+            batch.actions,
         )
         if cfg.describe_agents:  # only the described allies are ranked
             rated = rated & (jnp.arange(n) < cfg.describe_agents)

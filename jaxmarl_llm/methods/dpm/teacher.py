@@ -8,7 +8,9 @@
   the number of other allies attacking the same enemy); a healthy agent (over half its
   health) that does not attack although an enemy is in range ranks lowest (0); agents
   that are hard to rank (dead, hurt and not attacking, or with no enemy in range) are
-  left unrated.
+  left unrated. ``idle_out_of_range=True`` ranks healthy agents that do not attack
+  lowest wherever they are (the prompt's "an agent with no contribution gets the lowest
+  rank"); by default an agent with no enemy in range is unrated, as it may be closing in.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def segment_value(env: ArrayEnv, first: Any, last: Any) -> jax.Array:
     return enemy_lost - ally_lost
 
 
-def agent_contributions(env: ArrayEnv, env_state: Any, actions: jax.Array):
+def agent_contributions(
+    env: ArrayEnv, env_state: Any, actions: jax.Array, idle_out_of_range: bool = False
+):
     """``(scores [N], rated [N])`` of the allies' actions ``[N]`` in ``env_state``."""
     raw = require_smax(env)
     moves = raw._env.num_movement_actions  # 4 moves + stop; attacks follow
@@ -70,5 +74,5 @@ def agent_contributions(env: ArrayEnv, env_state: Any, actions: jax.Array):
     same = (target[:, None] == target[None, :]) & attacking[:, None] & attacking[None, :]
     focus = same.sum(-1) - attacking  # other allies on the same enemy
     scores = jnp.where(attacking, ATTACK_SCORE + focus, 0.0).astype(jnp.float32)
-    rated = attacking | (alive & healthy & in_range)
+    rated = attacking | (alive & healthy & (in_range | idle_out_of_range))
     return scores, rated

@@ -155,3 +155,31 @@ def test_label_store_key_names_the_weights_file(be, tmp_path):
         first = cached.generate([request])
         again = CachedBackend(be, store, mode="replay").generate([request])
     assert first == again
+
+
+def test_tokenizer_is_built_from_an_already_parsed_gguf(tmp_path, monkeypatch):
+    # Parsing the real GGUF's vocabulary takes ~15 s: the backend hands the reader it
+    # dequantized from to the tokenizer instead of parsing the file a second time.
+    import gguf
+
+    from jaxmarl_llm.lm.gemma import tokenizer as tok_mod
+    from jaxmarl_llm.lm.gemma.weights import open_gguf
+
+    pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "\u2581", "\u2581ab"]
+    types = [tok_mod.CONTROL] * 3 + [tok_mod.UNKNOWN] + [tok_mod.NORMAL] * 5
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(pieces)
+    writer.add_token_scores([0.0] * 4 + [-3.0, -3.0, -1.0, -2.0, -0.5])
+    writer.add_token_types(types)
+    for write in (writer.write_header_to_file, writer.write_kv_data_to_file):
+        write()
+    writer.close()
+
+    reader = open_gguf(path)
+    monkeypatch.setattr(tok_mod, "open_gguf", lambda p: pytest.fail(f"parsed {p} again"))
+    tok = tok_mod.GemmaTokenizer.from_gguf(path, cache=tmp_path / "cache", reader=reader)
+    assert tok.encode(" ab ab") == [2, 8, 8]
+    assert tok.decode(tok.encode(" ab ab")) == " ab ab"
+    assert list((tmp_path / "cache").glob("gemma3-tokenizer-tiny-*.json"))  # cached for next time

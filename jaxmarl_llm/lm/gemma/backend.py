@@ -76,7 +76,11 @@ class GemmaBackend(Backend):
         with cache_lock() if use_cache else contextlib.nullcontext():
             w = load_weights(gguf_path, use_cache=use_cache)
             self.tokenizer = GemmaTokenizer.from_gguf(
-                w.gguf_path, bos_id=w.config.bos_id, eos_id=w.config.eos_id, pad_id=w.config.pad_id
+                w.gguf_path,
+                bos_id=w.config.bos_id,
+                eos_id=w.config.eos_id,
+                pad_id=w.config.pad_id,
+                reader=w.reader,
             )
         self.config: GemmaConfig = w.config
         self.gguf_path = w.gguf_path

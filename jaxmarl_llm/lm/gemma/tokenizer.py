@@ -57,13 +57,14 @@ def _read_vocab(reader):
     return pieces, score, ttype
 
 
-def build_tokenizer_json(gguf_path: str | os.PathLike) -> str:
-    """A ``tokenizers`` JSON equivalent to the GGUF's SentencePiece BPE model."""
+def build_tokenizer_json(gguf_path: str | os.PathLike, reader=None) -> str:
+    """A ``tokenizers`` JSON equivalent to the GGUF's SentencePiece BPE model; ``reader``:
+    the file already opened with ``open_gguf``."""
     tokenizers = _require_tokenizers()
     from tokenizers import AddedToken, Regex, decoders, normalizers
     from tokenizers.models import BPE
 
-    reader = open_gguf(gguf_path)
+    reader = reader if reader is not None else open_gguf(gguf_path)
     pieces, score, ttype = _read_vocab(reader)
     f = reader.fields
 
@@ -131,7 +132,10 @@ class GemmaTokenizer:
         eos_id: int = 1,
         pad_id: int = 0,
         cache: pathlib.Path | None = None,
+        reader=None,
     ) -> GemmaTokenizer:
+        """The tokenizer of ``gguf_path``, from the cache or built from the file's metadata
+        (``reader``: the file already opened with ``open_gguf``, saving a second parse)."""
         tokenizers = _require_tokenizers()
         path = pathlib.Path(gguf_path)
         st = path.stat() if path.is_file() else None
@@ -146,7 +150,7 @@ class GemmaTokenizer:
                 return cls(tokenizers.Tokenizer.from_file(str(cached)), bos_id, eos_id, pad_id)
             except Exception:  # noqa: BLE001 - rebuild a broken cache entry
                 pass
-        text = build_tokenizer_json(path)
+        text = build_tokenizer_json(path, reader)
         try:
             cache.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_suffix(f".{os.getpid()}.tmp")

@@ -300,6 +300,9 @@ class LoadedWeights:
     from_cache: bool
     seconds: float
     sha256: str = ""  # of the GGUF file: identifies the model in the label store
+    # The parsed GGUF when the weights were read from it (None from the cache): parsing its
+    # 262k-piece vocabulary takes ~15 s, so the tokenizer is built from this one.
+    reader: Any = None
 
 
 def load_weights(
@@ -354,7 +357,8 @@ def load_weights(
             cache_path = npz
         except OSError:
             cache_path = None  # read-only cache dir: run without caching
-    return LoadedWeights(cfg, arrays, path, cache_path, False, time.perf_counter() - t0, sha)
+    seconds = time.perf_counter() - t0
+    return LoadedWeights(cfg, arrays, path, cache_path, False, seconds, sha, reader)
 
 
 def unflatten(arrays: dict[str, Any]) -> dict[str, Any]:

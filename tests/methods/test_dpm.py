@@ -10,6 +10,7 @@ import pytest
 import envs
 from jaxmarl_llm.config import ConfigError, build_config
 from jaxmarl_llm.methods.dpm import DPMConfig, DPMFeedback, DPMParams, reward_model
+from jaxmarl_llm.methods.dpm.reward import batch_features, intrinsic_rewards
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, segment_value
 from jaxmarl_llm.preferences import RewardModel
 from jaxmarl_llm.runner import run_experiment
@@ -175,6 +176,13 @@ def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
         np.testing.assert_array_equal(a, b)
     assert report["labels_total_per_seed"] == again["labels_total_per_seed"]
     assert report["labels_total_per_seed"]["trajectory"] == 8  # 4 per round, 2 rounds
+    # the refit rewards are centred and scaled on the round's transitions of each seed
+    for seed in range(2):
+        p = jax.tree.map(lambda x, seed=seed: x[seed], p1)
+        feats = batch_features(aenv, jax.tree.map(lambda x, seed=seed: x[seed], batch))
+        r = np.asarray(intrinsic_rewards(model, p, feats))
+        assert abs(r.mean()) < 1e-4 and r.std() == pytest.approx(cfg.reward_scale, rel=1e-3)
+    assert all(abs(s) > 0 for s in report["shift"])  # an offset the preferences left free
     with pytest.raises(FileNotFoundError, match="labels of round 0, but .* does not hold them"):
         DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path / "empty").refit(2, batch, p1)
 

@@ -31,7 +31,9 @@ def _build(kwargs, env, mode, coef, context):
     model = reward_model(env, cfg)
     key = jax.random.fold_in(jax.random.PRNGKey(context.seed), 0xD93)
     feature_dim = 2 * env.world_state_dim + env.obs_dim + env.num_actions
-    params = DPMParams(model.init(key, feature_dim), jnp.zeros((), jnp.float32))
+    params = DPMParams(
+        model.init(key, feature_dim), jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32)
+    )
     feedback = DPMFeedback(env, cfg, model, context.seed, context.artifact_dir("dpm"))
     return dpm_shaper(env, model, params, mode, coef, feedback)
 

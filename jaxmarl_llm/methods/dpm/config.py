@@ -66,6 +66,11 @@ class DPMConfig:
     # collected transitions is reward_scale (0 keeps the raw outputs); before the first
     # round it is 0 (an untrained net's output is noise)
     reward_scale: float = 0.05
+    # ... and shifted to mean 0 over them. The preference losses cannot see a constant
+    # offset, so the fitted one is arbitrary; left in, it pays the team for every step an
+    # episode lasts (or for ending it early) and can outweigh winning
+    # (experiments/RESULTS.md, DPM, 2026-11-25 evening). false: the raw offset, as before.
+    center_reward: bool = True
 
     @staticmethod
     def check(cfg: DPMConfig) -> None:

@@ -361,11 +361,16 @@ class DPMFeedback:
         model_params, losses = self._fit_fn(
             params.model, tuple(data[k] for k in sorted(data)), jax.random.split(k_fit, seeds)
         )
-        fitted = DPMParams(model_params, jnp.ones((seeds,), jnp.float32))
-        if cfg.reward_scale > 0:
+        one, zero = jnp.ones((seeds,), jnp.float32), jnp.zeros((seeds,), jnp.float32)
+        fitted = DPMParams(model_params, one, zero)
+        if cfg.reward_scale > 0 or cfg.center_reward:
             raw = jax.vmap(lambda p, f: self.model.apply_agents(p.model, f))(fitted, q["features"])
-            std = raw.reshape(seeds, -1).std(-1)
-            fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(std, 1e-6))
+            raw = raw.reshape(seeds, -1)
+            if cfg.center_reward:  # mean 0 over this round's transitions of every seed
+                fitted = fitted.replace(shift=raw.mean(-1))
+            if cfg.reward_scale > 0:
+                std = raw.std(-1)
+                fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(std, 1e-6))
         after = self._eval_fn(fitted, new, q["features"], q["dense"])
         held_out = self._eval_fn(fitted, q["eval"], q["features"], q["dense"])
         jax.block_until_ready(fitted)
@@ -389,6 +394,7 @@ class DPMFeedback:
             "fit_seconds": fit_s,
             "final_loss": host(losses[:, -50:].mean((1, 2))),
             "scale": host(fitted.scale),
+            "shift": host(fitted.shift),
             "pearson_dense": host(after["pearson_dense"]),
         }
         if text_report is not None:

@@ -1,7 +1,8 @@
 """DPM's per-agent intrinsic reward: an ensemble of reward nets over ``(s, s', o_i, a_i)``.
 
-``r_hat_i = scale * mean_m f_m(s, s', o_i, onehot(a_i))`` (appendix A.4: one linear
-encoder per input, a hidden layer, one output; the members' average). As a shaper it is
+``r_hat_i = scale * (mean_m f_m(s, s', o_i, onehot(a_i)) - shift)`` (appendix A.4: one
+linear encoder per input, a hidden layer, one output; the members' average; ``shift`` and
+``scale`` are set after each refit, ``DPMConfig.center_reward``). As a shaper it is
 applied when the off-policy learner samples a batch, with the current parameters, so a
 refitted ensemble re-scores the whole replay buffer without a relabel pass; with the
 default ``team_reward: sum`` the learner trains on ``R + sum_i r_hat_i``.
@@ -25,6 +26,10 @@ from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
 class DPMParams:
     model: Any  # RewardModel parameters, leaves [E, 1, ...]
     scale: jax.Array  # [] float32; 0 until the first feedback round
+    # [] float32: subtracted from the raw output. Both Bradley-Terry losses are blind to a
+    # constant offset, so the fit leaves it arbitrary; uncentered, it pays (or charges)
+    # every step an episode lasts.
+    shift: jax.Array = 0.0
 
 
 def reward_model(env: ArrayEnv, cfg: DPMConfig) -> RewardModel:
@@ -62,7 +67,7 @@ def batch_features(env: ArrayEnv, batch: TransitionBatch) -> jax.Array:
 
 def intrinsic_rewards(model: RewardModel, params: DPMParams, features: jax.Array) -> jax.Array:
     """``[..., N]`` ensemble-mean rewards of per-agent features, scaled."""
-    return model.apply_agents(params.model, features) * params.scale
+    return (model.apply_agents(params.model, features) - params.shift) * params.scale
 
 
 def dpm_shaper(

@@ -9,7 +9,7 @@ import pytest
 
 import envs
 from jaxmarl_llm.config import ConfigError, build_config
-from jaxmarl_llm.methods.dpm import DPMConfig, DPMFeedback, DPMParams, reward_model
+from jaxmarl_llm.methods.dpm import DPMConfig, DPMFeedback, initial_params, reward_model
 from jaxmarl_llm.methods.dpm.reward import batch_features, intrinsic_rewards
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, segment_value
 from jaxmarl_llm.preferences import RewardModel
@@ -162,8 +162,7 @@ def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
     aenv, _ = smax
     cfg = DPMConfig(rounds=3, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
     model = reward_model(aenv, cfg)
-    feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
-    params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
     params = jax.tree.map(lambda x: jnp.stack([x, x]), params)  # two seeds
     batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
 
@@ -228,8 +227,7 @@ def test_text_labels_through_the_scripted_backend_match_the_array_teacher(tmp_pa
     aenv, _ = smax
     base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
     model = reward_model(aenv, DPMConfig(**base))
-    feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
-    params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
     params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
     batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
 
@@ -278,8 +276,7 @@ def test_subset_prompts_rank_only_the_described_allies_and_small_rounds_are_refu
     base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
     cfg = DPMConfig(**base, describe_agents=2, labeler="backend")
     model = reward_model(aenv, cfg)
-    feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
-    params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
     params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
     batch = _random_batch(aenv, steps=8, envs_=4, seeds=2, start=in_range)
     fb = DPMFeedback(aenv, cfg, model, 0, tmp_path)
@@ -333,8 +330,7 @@ def test_queries_through_an_openai_compatible_endpoint_count_tokens(tmp_path, sm
         options = {"base_url": url, "model": "fixed"}
         cfg = DPMConfig(**base, labeler="backend", backend="http", backend_options=options)
         model = reward_model(aenv, cfg)
-        feature_dim = 2 * aenv.world_state_dim + aenv.obs_dim + aenv.num_actions
-        params = DPMParams(model.init(jax.random.PRNGKey(0), feature_dim), jnp.zeros(()))
+        params = initial_params(model, aenv, jax.random.PRNGKey(0))
         params = jax.tree.map(lambda x: x[None], params)
         fb = DPMFeedback(aenv, cfg, model, 0, tmp_path)
         _, report = fb.refit(0, batch, params)

@@ -10,12 +10,11 @@ learner samples from its replay buffer, so the refit re-scores every stored tran
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from omegaconf import OmegaConf
 
 from jaxmarl_llm.methods.dpm.config import DPMConfig
 from jaxmarl_llm.methods.dpm.online import DPMFeedback
-from jaxmarl_llm.methods.dpm.reward import DPMParams, dpm_shaper, reward_model
+from jaxmarl_llm.methods.dpm.reward import DPMParams, dpm_shaper, initial_params, reward_model
 from jaxmarl_llm.methods.dpm.teacher import require_smax
 from jaxmarl_llm.shaping.registry import register_shaper
 
@@ -30,14 +29,19 @@ def _build(kwargs, env, mode, coef, context):
     require_smax(env)  # the scripted teacher reads SMAX units: refuse other envs now
     model = reward_model(env, cfg)
     key = jax.random.fold_in(jax.random.PRNGKey(context.seed), 0xD93)
-    feature_dim = 2 * env.world_state_dim + env.obs_dim + env.num_actions
-    params = DPMParams(
-        model.init(key, feature_dim), jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32)
-    )
+    params = initial_params(model, env, key)
     feedback = DPMFeedback(env, cfg, model, context.seed, context.artifact_dir("dpm"))
     return dpm_shaper(env, model, params, mode, coef, feedback)
 
 
 register_shaper("dpm", _build, schema=DPMConfig)
 
-__all__ = ["DPMConfig", "DPMFeedback", "DPMParams", "dpm_config", "dpm_shaper", "reward_model"]
+__all__ = [
+    "DPMConfig",
+    "DPMFeedback",
+    "DPMParams",
+    "dpm_config",
+    "dpm_shaper",
+    "initial_params",
+    "reward_model",
+]

@@ -29,7 +29,7 @@ class DPMParams:
     # [] float32: subtracted from the raw output. Both Bradley-Terry losses are blind to a
     # constant offset, so the fit leaves it arbitrary; uncentered, it pays (or charges)
     # every step an episode lasts.
-    shift: jax.Array = 0.0
+    shift: jax.Array
 
 
 def reward_model(env: ArrayEnv, cfg: DPMConfig) -> RewardModel:
@@ -41,6 +41,14 @@ def reward_model(env: ArrayEnv, cfg: DPMConfig) -> RewardModel:
         blocks=(s, s, o, a),
         encoder_width=cfg.encoder_width,
     )
+
+
+def initial_params(model: RewardModel, env: ArrayEnv, key: jax.Array) -> DPMParams:
+    """Untrained ensemble parameters; scale 0 keeps the intrinsic reward off until the first
+    refit (an untrained net's output is noise)."""
+    feature_dim = 2 * env.world_state_dim + env.obs_dim + env.num_actions
+    zero = jnp.zeros((), jnp.float32)
+    return DPMParams(model.init(key, feature_dim), scale=zero, shift=zero)
 
 
 def agent_features(

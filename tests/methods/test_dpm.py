@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scripts import load_script
 
 import envs
 from jaxmarl_llm.config import ConfigError, build_config
@@ -156,6 +157,13 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
     ]
     p = result.state.shaper_params
     assert p.scale.shape == (2,) and np.all(np.asarray(p.scale) > 0)
+    # what the intrinsic reward pays the trained policy, per seed (the diagnostic script)
+    rows = load_script("experiments/dpm_intrinsic_check.py").check(result.run_dir, 16, 0)
+    assert [r["seed"] for r in rows] == [0, 1]
+    for r in rows:
+        assert r["updates"] == result.state.update_step[0]
+        assert np.isfinite(r["intrinsic_per_agent_step_mean"]) and r["episodes_ended"] >= 0
+        assert r["intrinsic_per_agent_step_std"] > 0  # the refit ensemble, not scale 0
 
 
 def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):

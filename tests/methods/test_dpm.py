@@ -194,6 +194,25 @@ def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
         DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path / "empty").refit(2, batch, p1)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_batch_centring_takes_the_mean_out_of_the_batch_it_scores(smax, jit):
+    from jaxmarl_llm.methods.dpm import dpm_shaper
+
+    aenv, _ = smax
+    model = reward_model(aenv, DPMConfig())
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
+    params = params.replace(scale=jnp.float32(1.0), shift=jnp.float32(-2.0))  # offset +2
+    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=6, envs_=3, seeds=1))
+    plain = dpm_shaper(aenv, model, params).apply
+    centred = dpm_shaper(aenv, model, params, center_on_batch=True).apply
+    if jit:
+        plain, centred = jax.jit(plain), jax.jit(centred)
+    raw, out = np.asarray(plain(params, batch)), np.asarray(centred(params, batch))
+    assert out.shape == raw.shape == (6, 3, 3)
+    assert raw.mean() > 1.0 and abs(out.mean()) < 1e-5
+    np.testing.assert_allclose(out, raw - raw.mean(), atol=1e-5)  # differences kept
+
+
 def _random_batch(aenv, steps, envs_, seeds, start=None):
     """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play, from
     resets or from the env state ``start`` (e.g. units already in range)."""

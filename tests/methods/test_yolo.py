@@ -12,7 +12,7 @@ from envs.lbf import EAST, LOAD, NONE, WEST, LBFState
 from jaxmarl_llm.config import build_config
 from jaxmarl_llm.methods.yolo import YOLOConfig, planning_bonus
 from jaxmarl_llm.methods.yolo.lbf import REFERENCE_PLANNING_FUNCTION
-from jaxmarl_llm.methods.yolo.shaper import YOLOParams, env_tasks, obtain_plan
+from jaxmarl_llm.methods.yolo.shaper import YOLOParams, env_tasks, obtain_plan, yolo_shaper
 from jaxmarl_llm.runner import run_experiment
 
 ENV = "lbf:8x8-2p-2f-coop"
@@ -345,13 +345,50 @@ def test_the_reward_ablation_uses_the_models_reward_function(tmp_path):
     np.testing.assert_allclose(shaper.apply(shaper.params, tb), [[-0.01, 0.1], [-0.01, 0.1]])
 
 
+PAPER_REWARD = "experiments/yolo_answers/lbf_paper_reward_iteration1.md"
+
+
+def test_a_saved_answer_is_compiled_from_its_file_and_scores_the_papers_terms(tmp_path):
+    """The paper's appendix-E reward function (planner=file) goes through the sandbox and
+    pays its three terms: +10 LOAD next to food, +1 a move closer, proximity (5 - d) / 2."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    aenv = envs.make_array_env(ENV)
+    cfg = YOLOConfig(planner="file", function="reward", answer_file=str(repo / PAPER_REWARD))
+    _, plan, record = obtain_plan(aenv, cfg, tmp_path)
+    assert record["answer_file"].endswith("iteration1.md") and record["refusals"] == []
+    assert "def compute_reward" in (tmp_path / "planning_function.py").read_text()
+    s = _state()  # agents at (3, 1) and (3, 4), 3 apart: proximity 1.0 each
+    # agent 0 steps east towards food 0 (+1); agent 1 loads next to it (+10)
+    np.testing.assert_allclose(plan.rewards(s, jnp.array([EAST, LOAD])), [2.0, 11.0])
+    # agent 0 loads two cells away (nothing); agent 1 steps away from food 0 (nothing)
+    np.testing.assert_allclose(plan.rewards(s, jnp.array([LOAD, EAST])), [1.0, 1.0])
+    # a missing file, a file without the function, and hostile code are refused
+    for text, match in (
+        (None, "does not exist"),
+        ("def compute_reward(a, b, c):\n    return 0", "answer.md'.*must define planning_function"),
+        ("```python\nimport os\ndef planning_function(s):\n    return 0\n```", "top level"),
+    ):
+        path = tmp_path / "answer.md"
+        path.unlink(missing_ok=True)
+        if text is not None:
+            path.write_text(text)
+        function = "reward" if "compute_reward" in (text or "") else "planning"
+        bad = YOLOConfig(planner="file", function=function, answer_file=str(path))
+        with pytest.raises(ValueError, match=match):
+            yolo_shaper(aenv, bad, "add", 1.0, tmp_path / "bad")
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"function": "reward"}, "need planner=backend"),
-        ({"use_interpretation": False}, "need planner=backend"),
+        ({"function": "reward"}, "need planner=backend or planner=file"),
+        ({"use_interpretation": False}, "need planner=backend or planner=file"),
         ({"function": "value"}, "function='value'; valid choices: planning, reward"),
         ({"planner": "oracle"}, "planner='oracle'"),
+        ({"planner": "file"}, "planner=file reads its answer from answer_file"),
+        ({"answer_file": "a.md"}, "answer_file is only read by planner=file"),
     ],
 )
 def test_bad_yolo_kwargs_are_config_errors(kwargs, match):

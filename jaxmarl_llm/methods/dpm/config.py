@@ -71,6 +71,12 @@ class DPMConfig:
     # episode lasts (or for ending it early) and can outweigh winning
     # (experiments/RESULTS.md, DPM, 2026-11-25 evening). false: the raw offset, as before.
     center_reward: bool = True
+    # ... and, when the learner samples, shifted again to mean 0 over the sampled batch.
+    # The round's centring holds on the states of the round; a policy that drifts after the
+    # last round can reach states the fixed ensemble pays well on average (on 2s3z a
+    # collapsed seed was paid +116 per episode against 1 for a win). Batch centring removes
+    # the incentive to prolong episodes on whatever the learner is training on.
+    center_on_batch: bool = False
 
     @staticmethod
     def check(cfg: DPMConfig) -> None:

@@ -2,10 +2,11 @@
 
 ``r_hat_i = scale * (mean_m f_m(s, s', o_i, onehot(a_i)) - shift)`` (appendix A.4: one
 linear encoder per input, a hidden layer, one output; the members' average; ``shift`` and
-``scale`` are set after each refit, ``DPMConfig.center_reward``). As a shaper it is
-applied when the off-policy learner samples a batch, with the current parameters, so a
-refitted ensemble re-scores the whole replay buffer without a relabel pass; with the
-default ``team_reward: sum`` the learner trains on ``R + sum_i r_hat_i``.
+``scale`` are set after each refit, ``DPMConfig.center_reward``; with
+``center_on_batch`` the shaper also subtracts the mean over the batch it scores). As a
+shaper it is applied when the off-policy learner samples a batch, with the current
+parameters, so a refitted ensemble re-scores the whole replay buffer without a relabel
+pass; with the default ``team_reward: sum`` the learner trains on ``R + sum_i r_hat_i``.
 """
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ def dpm_shaper(
     mode: CombineMode = CombineMode.add,
     coef: float = 1.0,
     feedback: Any = None,
+    center_on_batch: bool = False,
 ) -> Shaper:
     def apply(p: DPMParams, batch: TransitionBatch) -> jax.Array:
-        return intrinsic_rewards(model, p, batch_features(env, batch))
+        r = intrinsic_rewards(model, p, batch_features(env, batch))
+        return r - r.mean() if center_on_batch else r
 
     return Shaper(
         apply=apply,

@@ -8,7 +8,12 @@ is sampled), every agent gets ``+reward`` when its action carries out the task t
 planning function assigns it and ``-penalty`` otherwise (appendix A, Table 2), added to
 the env reward. Task sets: LBF, MPE simple spread and SMAX (``env_tasks``).
 
-Ablations (they need ``planner: backend``: they change what a model is shown or asked):
+``planner: file`` compiles an answer kept in ``answer_file`` (a model's answer saved
+elsewhere, e.g. one printed in a paper, as bare code or with a fenced block) through the
+same sandbox: the way to replay a model's code without the model.
+
+Ablations (they need ``planner: backend`` or ``file``: they change what a model is shown
+or asked):
 ``use_strategy: false`` skips the strategy prompt; ``use_interpretation: false`` shows
 the raw observation layout instead of the interpretation function, and the model's code
 reads ``{"observation": [N, D]}``; ``function: reward`` asks for ``compute_reward`` too
@@ -34,7 +39,7 @@ from jaxmarl_llm.methods.yolo import lbf, mpe, smax
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
 
-PLANNERS = ("reference", "backend")
+PLANNERS = ("reference", "backend", "file")
 FUNCTIONS = ("planning", "reward")
 UNPARSABLE = "# unparsable answer:"
 
@@ -45,7 +50,9 @@ class YOLOConfig:
 
     reward: float = 0.005  # r' (Table 2, LBF with MAPPO)
     penalty: float = 0.005  # p'
-    planner: str = "reference"  # reference: the scripted answer; backend: ask a model
+    # reference: the scripted answer; backend: ask a model; file: the answer in answer_file
+    planner: str = "reference"
+    answer_file: str | None = None
     backend: str = "gemma"
     backend_options: dict[str, Any] = dataclasses.field(default_factory=dict)
     attempts: int = 3  # planning functions asked for before giving up (refusals fed back)
@@ -70,8 +77,14 @@ class YOLOConfig:
         ):
             raise ValueError(
                 "function=reward and use_interpretation=false are ablations of what a model "
-                "writes: they need planner=backend (the reference answer is a planning "
-                "function over the interpreted state)"
+                "writes: they need planner=backend or planner=file (the reference answer is "
+                "a planning function over the interpreted state)"
+            )
+        if (cfg.planner == "file") != (cfg.answer_file is not None):
+            raise ValueError(
+                "planner=file reads its answer from answer_file, and answer_file is only "
+                f"read by planner=file (got planner={cfg.planner!r}, "
+                f"answer_file={cfg.answer_file!r})"
             )
 
 
@@ -311,6 +324,13 @@ def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
 
     if cfg.planner == "reference":
         plan, source, errors = compile_source(tasks.reference), tasks.reference, []
+    elif cfg.planner == "file":
+        record["answer_file"] = str(cfg.answer_file)
+        source = _answer_from_file(Path(cfg.answer_file), cfg)
+        try:
+            plan, errors = compile_source(source), []
+        except UnsafeCode as e:
+            raise UnsafeCode(f"answer_file {str(cfg.answer_file)!r}: {e}") from None
     else:
         try:
             plan, source, errors = _ask_model(env, cfg, tasks, compile_source, artifact_dir, record)
@@ -321,6 +341,20 @@ def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
     record.update({"source": source, "refusals": errors})
     save(source)
     return tasks, plan, record
+
+
+def _answer_from_file(path: Path, cfg: YOLOConfig) -> str:
+    """The code of a saved answer (bare code, or the last fenced block that defines the
+    function the config needs)."""
+    from jaxmarl_llm.lm.parsers import ParseError, parse_python_block
+
+    if not path.is_file():
+        raise UnsafeCode(f"answer_file {str(path)!r} does not exist")
+    required = "planning_function" if cfg.function == "planning" else "compute_reward"
+    try:
+        return parse_python_block(path.read_text(), required)
+    except ParseError as e:
+        raise UnsafeCode(f"answer_file {str(path)!r}: {e.reason}") from None
 
 
 def _code_information(env: ArrayEnv, cfg: YOLOConfig, tasks: EnvTasks) -> str:

@@ -136,7 +136,8 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
 
 
 def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
-    result = run_experiment(_tiny(tmp_path / "run"))
+    # 6 updates, rounds after updates 2 and 4, then fading over 4 updates: weight 0.5 at 6
+    result = run_experiment(_tiny(tmp_path / "run", "shaping.kwargs.fade_updates=4"))
     rounds = json.loads((result.run_dir / "feedback.json").read_text())
     assert sorted(rounds) == ["0", "1"]
     for r in rounds.values():
@@ -157,6 +158,7 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
     ]
     p = result.state.shaper_params
     assert p.scale.shape == (2,) and np.all(np.asarray(p.scale) > 0)
+    np.testing.assert_array_equal(p.weight, [0.5, 0.5])
     # what the intrinsic reward pays the trained policy, per seed (the diagnostic script)
     rows = load_script("experiments/dpm_intrinsic_check.py").check(result.run_dir, 16, 0)
     assert [r["seed"] for r in rows] == [0, 1]
@@ -211,6 +213,29 @@ def test_batch_centring_takes_the_mean_out_of_the_batch_it_scores(smax, jit):
     assert out.shape == raw.shape == (6, 3, 3)
     assert raw.mean() > 1.0 and abs(out.mean()) < 1e-5
     np.testing.assert_allclose(out, raw - raw.mean(), atol=1e-5)  # differences kept
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit):
+    from jaxmarl_llm.methods.dpm import dpm_shaper
+
+    aenv, _ = smax
+    cfg = DPMConfig(rounds=10, every=20, fade_updates=100)  # last round after update 200
+    model = reward_model(aenv, cfg)
+    feedback = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=None)
+    weights = [feedback.weight(u) for u in (20, 200, 250, 275, 300, 1000)]
+    assert weights == [1.0, 1.0, 0.5, 0.25, 0.0, 0.0]
+    assert DPMFeedback(aenv, DPMConfig(), model, 0, None).weight(10**6) == 1.0  # the paper
+    params = initial_params(model, aenv, jax.random.PRNGKey(0)).replace(scale=jnp.float32(1))
+    apply = dpm_shaper(aenv, model, params).apply
+    if jit:
+        apply = jax.jit(apply)
+    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=4, envs_=2, seeds=1))
+    full = np.asarray(apply(params, batch))
+    half = np.asarray(apply(feedback.after_chunk(250, params), batch))
+    assert np.abs(full).max() > 0
+    np.testing.assert_allclose(half, 0.5 * full, rtol=1e-6)
+    assert not np.asarray(apply(feedback.after_chunk(300, params), batch)).any()
 
 
 def _random_batch(aenv, steps, envs_, seeds, start=None):

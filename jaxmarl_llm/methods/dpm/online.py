@@ -88,6 +88,18 @@ class DPMFeedback:
         self._fit_fn = jax.jit(jax.vmap(lambda p, d, k: prefs.fit(model, p, d, k, fit_cfg)))
         self._eval_fn = jax.jit(jax.vmap(self._evaluate))
 
+    def after_chunk(self, updates_done: int, params: DPMParams) -> DPMParams:
+        """``params`` with the intrinsic weight due after ``updates_done`` updates: 1
+        until the last round, then falling linearly to 0 over ``fade_updates``."""
+        return params.replace(weight=jnp.full_like(params.weight, self.weight(updates_done)))
+
+    def weight(self, updates_done: int) -> float:
+        fade = self.cfg.fade_updates
+        since_last = updates_done - self.every * self.rounds
+        if fade <= 0 or self.rounds == 0 or since_last <= 0:
+            return 1.0
+        return max(0.0, 1.0 - since_last / fade)
+
     # ----- queries (pure; vmapped over seeds) -------------------------------------------
     def _queries(self, batch: TransitionBatch, params: DPMParams, key, threshold):
         env, cfg, model = self.env, self.cfg, self.model
@@ -362,7 +374,7 @@ class DPMFeedback:
             params.model, tuple(data[k] for k in sorted(data)), jax.random.split(k_fit, seeds)
         )
         one, zero = jnp.ones((seeds,), jnp.float32), jnp.zeros((seeds,), jnp.float32)
-        fitted = DPMParams(model_params, one, zero)
+        fitted = DPMParams(model_params, one, zero, weight=params.weight)
         if cfg.reward_scale > 0 or cfg.center_reward:
             raw = jax.vmap(lambda p, f: self.model.apply_agents(p.model, f))(fitted, q["features"])
             raw = raw.reshape(seeds, -1)

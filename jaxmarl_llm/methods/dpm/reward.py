@@ -1,8 +1,9 @@
 """DPM's per-agent intrinsic reward: an ensemble of reward nets over ``(s, s', o_i, a_i)``.
 
-``r_hat_i = scale * (mean_m f_m(s, s', o_i, onehot(a_i)) - shift)`` (appendix A.4: one
-linear encoder per input, a hidden layer, one output; the members' average; ``shift`` and
-``scale`` are set after each refit, ``DPMConfig.center_reward``; with
+``r_hat_i = weight * scale * (mean_m f_m(s, s', o_i, onehot(a_i)) - shift)`` (appendix
+A.4: one linear encoder per input, a hidden layer, one output; the members' average;
+``shift`` and ``scale`` are set after each refit, ``DPMConfig.center_reward``; ``weight``
+is 1 unless ``DPMConfig.fade_updates`` fades it out after the last round; with
 ``center_on_batch`` the shaper also subtracts the mean over the batch it scores). As a
 shaper it is applied when the off-policy learner samples a batch, with the current
 parameters, so a refitted ensemble re-scores the whole replay buffer without a relabel
@@ -31,6 +32,8 @@ class DPMParams:
     # constant offset, so the fit leaves it arbitrary; uncentered, it pays (or charges)
     # every step an episode lasts.
     shift: jax.Array
+    # [] float32: 1, falling to 0 after the last round with DPMConfig.fade_updates
+    weight: jax.Array = struct.field(default_factory=lambda: jnp.ones((), jnp.float32))
 
 
 def reward_model(env: ArrayEnv, cfg: DPMConfig) -> RewardModel:
@@ -76,7 +79,8 @@ def batch_features(env: ArrayEnv, batch: TransitionBatch) -> jax.Array:
 
 def intrinsic_rewards(model: RewardModel, params: DPMParams, features: jax.Array) -> jax.Array:
     """``[..., N]`` ensemble-mean rewards of per-agent features, scaled."""
-    return (model.apply_agents(params.model, features) - params.shift) * params.scale
+    raw = model.apply_agents(params.model, features)
+    return (raw - params.shift) * (params.scale * params.weight)
 
 
 def dpm_shaper(

@@ -74,8 +74,9 @@ class DPMConfig:
     # ... and, when the learner samples, shifted again to mean 0 over the sampled batch.
     # The round's centring holds on the states of the round; a policy that drifts after the
     # last round can reach states the fixed ensemble pays well on average (on 2s3z a
-    # collapsed seed was paid +116 per episode against 1 for a win). Batch centring removes
-    # the incentive to prolong episodes on whatever the learner is training on.
+    # collapsed seed was paid +116 per episode against 1 for a win). Batch centring takes
+    # that average out, but not the differences: on 3m both seeds then learned to avoid
+    # the enemy until the time limit (experiments/RESULTS.md, DPM), so it is off.
     center_on_batch: bool = False
     # learner updates over which the intrinsic reward fades linearly to 0 after the last
     # round, leaving the env reward alone (0: it stays on to the end, as in the paper).

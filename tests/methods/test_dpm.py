@@ -298,11 +298,29 @@ def test_text_labels_through_the_scripted_backend_match_the_array_teacher(tmp_pa
     )
     report = rt["text"]["trajectory"]
     assert report["queries"] == 2 * 4 and report["abstained"] == 0
+    assert rt["unlabelled_seeds"] == [] and np.all(np.asarray(pt.scale) > 0)
     assert ra["labels"]["trajectory"] == rt["labels"]["trajectory"]
     replay = DPMConfig(**base, labeler="backend", cache_mode="replay")
     again = DPMFeedback(aenv, replay, model, 0, tmp_path / "text")
     pr, _ = again.refit(0, batch, params)
     np.testing.assert_array_equal(jax.tree.leaves(pr)[0], jax.tree.leaves(pt)[0])
+
+
+def test_a_round_without_any_label_leaves_the_intrinsic_reward_off(tmp_path, smax):
+    """Every answer abstained (a model that never follows the format): the round is
+    reported, training goes on, and the never-fitted ensemble's noise is not switched on."""
+    aenv, _ = smax
+    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
+    cfg = DPMConfig(**base, labeler="backend", backend_options={"skip": 1.0})
+    model = reward_model(aenv, cfg)
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
+    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
+    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+    fitted, report = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
+    assert report["text"]["trajectory"]["abstain_rate"] == 1.0
+    assert report["labels"] == {"trajectory": 0, "agent": 0}
+    assert report["unlabelled_seeds"] == [0, 1]
+    np.testing.assert_array_equal(fitted.scale, [0.0, 0.0])
 
 
 def test_smax_scene_text_follows_the_papers_prompt(smax):

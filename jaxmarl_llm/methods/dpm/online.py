@@ -383,6 +383,10 @@ class DPMFeedback:
             if cfg.reward_scale > 0:
                 std = raw.std(-1)
                 fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(std, 1e-6))
+        # a seed with no label yet (every answer abstained or unparsable) keeps its reward
+        # off: its ensemble was never fitted, and scaled noise is not a reward
+        labelled = sum(np.asarray(d.valid).reshape(seeds, -1).sum(-1) for d in data.values())
+        fitted = fitted.replace(scale=jnp.where(jnp.asarray(labelled > 0), fitted.scale, 0.0))
         after = self._eval_fn(fitted, new, q["features"], q["dense"])
         held_out = self._eval_fn(fitted, q["eval"], q["features"], q["dense"])
         jax.block_until_ready(fitted)
@@ -406,6 +410,7 @@ class DPMFeedback:
             "fit_seconds": fit_s,
             "final_loss": host(losses[:, -50:].mean((1, 2))),
             "scale": host(fitted.scale),
+            "unlabelled_seeds": [int(i) for i in np.flatnonzero(labelled == 0)],
             "shift": host(fitted.shift),
             "pearson_dense": host(after["pearson_dense"]),
         }

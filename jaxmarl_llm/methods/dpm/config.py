@@ -23,7 +23,10 @@ class DPMConfig:
     With QMIX's 8 envs x 128 steps per update, the default 20 updates are 20,480 env
     steps: about 360 SMAX 3m episodes early in training (random-play episodes last about
     56 steps), 1,300 once the team wins quickly (about 16 steps). The ten rounds end at
-    200k env steps, within the first 40% of a 500k-step run.
+    200k env steps, within the first 40% of a 500k-step run. On maps with long episodes
+    the paper's interval is longer: 1,500 2s3z episodes of 70-85 steps are about 100
+    updates, and ``every: 80`` (rounds until 819k) kept a learning 2s3z seed from the
+    collapse seen after rounds that end at 205k (experiments/RESULTS.md, DPM).
     """
 
     preferences: str = "both"

@@ -91,6 +91,8 @@ class DPMFeedback:
     def after_chunk(self, updates_done: int, params: DPMParams) -> DPMParams:
         """``params`` with the intrinsic weight due after ``updates_done`` updates: 1
         until the last round, then falling linearly to 0 over ``fade_updates``."""
+        if self.cfg.fade_updates <= 0:
+            return params  # no schedule: nothing to write into the train state
         return params.replace(weight=jnp.full_like(params.weight, self.weight(updates_done)))
 
     def weight(self, updates_done: int) -> float:

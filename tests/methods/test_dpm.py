@@ -125,6 +125,8 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.preferences=dual")
     with pytest.raises(ConfigError, match="shaping.kwargs.label_per_round"):
         _tiny(tmp_path, "shaping.kwargs.label_per_round=3")
+    with pytest.raises(ConfigError, match=r"center_quantile must be in \[0, 1\] or null, got 1.5"):
+        _tiny(tmp_path, "shaping.kwargs.center_quantile=1.5")
     with pytest.raises(ValueError, match="needs 60 segments .* raise shaping.kwargs.collect_steps"):
         run_experiment(_tiny(tmp_path / "small", "shaping.kwargs.labels_per_round=60"))
     assert not (tmp_path / "small" / "checkpoints").exists()  # refused before training
@@ -321,6 +323,29 @@ def test_a_round_without_any_label_leaves_the_intrinsic_reward_off(tmp_path, sma
     assert report["labels"] == {"trajectory": 0, "agent": 0}
     assert report["unlabelled_seeds"] == [0, 1]
     np.testing.assert_array_equal(fitted.scale, [0.0, 0.0])
+
+
+@pytest.mark.parametrize("quantile", [None, 1.0], ids=["mean", "max"])
+def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, quantile):
+    """Default: mean 0 over the round's transitions; center_quantile=1: the shift sits at
+    the maximum, so no transition of the round is paid (a cost per step, never a wage)."""
+    aenv, _ = smax
+    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=20)
+    cfg = DPMConfig(**base, center_quantile=quantile)
+    model = reward_model(aenv, cfg)
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
+    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
+    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+    fitted, report = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
+    feats = jax.vmap(lambda b: batch_features(aenv, b))(batch)
+    r = jax.vmap(lambda p, f: intrinsic_rewards(model, p, f))(fitted, feats).reshape(2, -1)
+    np.testing.assert_allclose(r.std(-1), cfg.reward_scale, rtol=1e-3)
+    if quantile is None:
+        np.testing.assert_allclose(r.mean(-1), 0.0, atol=1e-6)
+    else:
+        np.testing.assert_allclose(r.max(-1), 0.0, atol=1e-6)
+        assert np.all(np.asarray(r.mean(-1)) < -0.5 * cfg.reward_scale)
+    assert report["shift"] == np.asarray(fitted.shift).tolist()
 
 
 def test_smax_scene_text_follows_the_papers_prompt(smax):

@@ -74,6 +74,11 @@ class DPMConfig:
     # episode lasts (or for ending it early) and can outweigh winning
     # (experiments/RESULTS.md, DPM, 2026-11-25 evening). false: the raw offset, as before.
     center_reward: bool = True
+    # ... at this quantile of the round's intrinsic rewards instead of their mean (None).
+    # 1.0 puts the shift at the maximum: the reward is <= 0 on every transition of the
+    # round, a cost per step that can never pay a team for making episodes last (the
+    # failure of the 2s3z seeds), only for ending them sooner, by winning or by losing
+    center_quantile: float | None = None
     # ... and, when the learner samples, shifted again to mean 0 over the sampled batch.
     # The round's centring holds on the states of the round; a policy that drifts after the
     # last round can reach states the fixed ensemble pays well on average (on 2s3z a
@@ -124,6 +129,9 @@ class DPMConfig:
             raise ValueError(
                 f"collect_steps={cfg.collect_steps} must be >= segment_length={cfg.segment_length}"
             )
+        at = cfg.center_quantile
+        if at is not None and not 0.0 <= at <= 1.0:
+            raise ValueError(f"center_quantile must be in [0, 1] or null, got {at}")
         if cfg.lr <= 0 or cfg.reward_scale < 0:
             raise ValueError("lr must be > 0 and reward_scale >= 0")
 

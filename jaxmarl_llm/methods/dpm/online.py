@@ -380,8 +380,10 @@ class DPMFeedback:
         if cfg.reward_scale > 0 or cfg.center_reward:
             raw = jax.vmap(lambda p, f: self.model.apply_agents(p.model, f))(fitted, q["features"])
             raw = raw.reshape(seeds, -1)
-            if cfg.center_reward:  # mean 0 over this round's transitions of every seed
-                fitted = fitted.replace(shift=raw.mean(-1))
+            if cfg.center_reward:  # 0 at the mean (or quantile) of the round's transitions
+                at = cfg.center_quantile
+                shift = raw.mean(-1) if at is None else jnp.quantile(raw, at, axis=-1)
+                fitted = fitted.replace(shift=shift)
             if cfg.reward_scale > 0:
                 std = raw.std(-1)
                 fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(std, 1e-6))

@@ -70,6 +70,10 @@ def test_segment_value_prefers_damage_dealt_over_damage_taken(smax):
     np.testing.assert_allclose(segment_value(aenv, s, enemy_hit), (1.0 + 0.5) / 3)
     np.testing.assert_allclose(segment_value(aenv, s, ally_hit), -0.5 / 3)
     assert float(segment_value(aenv, s, s)) == 0.0
+    # damage dealt counting twice: an even trade now beats no contact
+    even = _units(s, unit_health=health.at[0].set(22.5).at[3].set(22.5))
+    np.testing.assert_allclose(segment_value(aenv, s, even), 0.0, atol=1e-7)
+    np.testing.assert_allclose(segment_value(aenv, s, even, 2.0), 0.5 / 3, rtol=1e-6)
 
 
 def test_reward_net_has_one_linear_encoder_per_input():
@@ -125,6 +129,8 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.preferences=dual")
     with pytest.raises(ConfigError, match="shaping.kwargs.label_per_round"):
         _tiny(tmp_path, "shaping.kwargs.label_per_round=3")
+    with pytest.raises(ConfigError, match="enemy_damage_weight must be > 0, got 0"):
+        _tiny(tmp_path, "shaping.kwargs.enemy_damage_weight=0")
     with pytest.raises(ConfigError, match=r"center_quantile must be in \[0, 1\] or null, got 1.5"):
         _tiny(tmp_path, "shaping.kwargs.center_quantile=1.5")
     with pytest.raises(ValueError, match="needs 60 segments .* raise shaping.kwargs.collect_steps"):

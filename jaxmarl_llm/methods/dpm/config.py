@@ -46,6 +46,9 @@ class DPMConfig:
     # array teacher: rank healthy allies that do not attack lowest even with no enemy in
     # range (default: unrated, they may be closing in); experiments/RESULTS.md, DPM
     idle_out_of_range: bool = False
+    # array teacher: a trajectory segment's value is enemy_damage_weight x enemy health lost
+    # minus ally health lost (1: the paper's two criteria weighed alike)
+    enemy_damage_weight: float = 1.0
     # scripted teacher noise: probability an answer is flipped
     mistake: float = 0.0
     rounds: int = 10
@@ -132,6 +135,8 @@ class DPMConfig:
         at = cfg.center_quantile
         if at is not None and not 0.0 <= at <= 1.0:
             raise ValueError(f"center_quantile must be in [0, 1] or null, got {at}")
+        if cfg.enemy_damage_weight <= 0:
+            raise ValueError(f"enemy_damage_weight must be > 0, got {cfg.enemy_damage_weight}")
         if cfg.lr <= 0 or cfg.reward_scale < 0:
             raise ValueError("lr must be > 0 and reward_scale >= 0")
 

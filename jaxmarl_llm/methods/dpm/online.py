@@ -143,7 +143,8 @@ class DPMFeedback:
         seg_valid = ~cands(batch.done)[:, :-1].any(-1)
         first = jax.tree.map(lambda x: cands(x)[:, 0], batch.state)
         last = jax.tree.map(lambda x: cands(x)[:, -1], batch.next_state)
-        seg_value = jax.vmap(lambda a, b: segment_value(env, a, b))(first, last)
+        damage_weight = cfg.enemy_damage_weight
+        seg_value = jax.vmap(lambda a, b: segment_value(env, a, b, damage_weight))(first, last)
         seg_feats = cands(feats)
 
         def trajectory_queries(k_lab, index, picked, noise):

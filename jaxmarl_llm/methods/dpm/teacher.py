@@ -3,7 +3,10 @@
 - Trajectory comparison: the segment in which the allies keep more health while the
   enemies lose more is preferred. A segment's value is the enemy team's health lost
   minus the ally team's health lost between its first and last state (fractions of each
-  team's total, so in [-1, 1]); the prompt shows exactly those two states.
+  team's total, so in [-1, 1]); the prompt shows exactly those two states. With
+  ``enemy_weight`` > 1 the damage dealt counts more than the damage taken: while a team
+  loses its fights, a segment without contact (value 0) otherwise beats any segment with
+  contact, and the labels teach it to keep away from the enemy (experiments/RESULTS.md).
 - Agent comparison (one step): agents focusing fire rank high (an attack scores 2 plus
   the number of other allies attacking the same enemy); a healthy agent (over half its
   health) that does not attack although an enemy is in range ranks lowest (0); agents
@@ -48,13 +51,14 @@ def health_fractions(env: ArrayEnv, env_state: Any) -> jax.Array:
     return jnp.where(u.unit_alive, u.unit_health / max_health, 0.0)
 
 
-def segment_value(env: ArrayEnv, first: Any, last: Any) -> jax.Array:
-    """Enemy health lost minus ally health lost from ``first`` to ``last`` (team fractions)."""
+def segment_value(env: ArrayEnv, first: Any, last: Any, enemy_weight: float = 1.0) -> jax.Array:
+    """``enemy_weight`` x enemy health lost minus ally health lost from ``first`` to ``last``
+    (team fractions)."""
     n = require_smax(env).num_allies
     h0, h1 = health_fractions(env, first), health_fractions(env, last)
     ally_lost = (h0[:n] - h1[:n]).mean()
     enemy_lost = (h0[n:] - h1[n:]).mean()
-    return enemy_lost - ally_lost
+    return enemy_weight * enemy_lost - ally_lost
 
 
 def agent_contributions(

@@ -80,7 +80,9 @@ class DPMConfig:
     # ... at this quantile of the round's intrinsic rewards instead of their mean (None).
     # 1.0 puts the shift at the maximum: the reward is <= 0 on every transition of the
     # round, a cost per step that can never pay a team for making episodes last (the
-    # failure of the 2s3z seeds), only for ending them sooner, by winning or by losing
+    # failure of the 2s3z seeds), only for ending them sooner, by winning or by losing.
+    # Measured on 3m: it frees the stalling seed of agent-only runs, and makes a
+    # both-types seed pair rush and lose in 6 steps (experiments/RESULTS.md, DPM)
     center_quantile: float | None = None
     # ... and, when the learner samples, shifted again to mean 0 over the sampled batch.
     # The round's centring holds on the states of the round; a policy that drifts after the

@@ -133,6 +133,8 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.enemy_damage_weight=0")
     with pytest.raises(ConfigError, match=r"center_quantile must be in \[0, 1\] or null, got 1.5"):
         _tiny(tmp_path, "shaping.kwargs.center_quantile=1.5")
+    with pytest.raises(ConfigError, match="center_quantile needs center_reward: true"):
+        _tiny(tmp_path, "shaping.kwargs.center_quantile=1.0", "shaping.kwargs.center_reward=false")
     with pytest.raises(ValueError, match="needs 60 segments .* raise shaping.kwargs.collect_steps"):
         run_experiment(_tiny(tmp_path / "small", "shaping.kwargs.labels_per_round=60"))
     assert not (tmp_path / "small" / "checkpoints").exists()  # refused before training
@@ -279,20 +281,27 @@ def _random_batch(aenv, steps, envs_, seeds, start=None):
     return jax.jit(jax.vmap(play))(jax.random.split(jax.random.PRNGKey(3), seeds))
 
 
+SMALL_ROUND = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
+
+
+def _round_inputs(aenv, cfg, seeds=2, start=None):
+    """Untrained ensemble parameters for ``seeds`` seeds and a random-play batch to refit on."""
+    model = reward_model(aenv, cfg)
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
+    params = jax.tree.map(lambda x: jnp.stack([x] * seeds), params)
+    return model, params, _random_batch(aenv, steps=8, envs_=4, seeds=seeds, start=start)
+
+
 def test_text_labels_through_the_scripted_backend_match_the_array_teacher(tmp_path, smax):
     """The appendix E prompts, answered by the scripted teacher behind the text interface,
     give the array teacher's labels (the prompt asks for every agent to be ranked, so the
     text path also ranks those the array teacher leaves unrated); a second run replays
     every answer from the store."""
     aenv, _ = smax
-    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
-    model = reward_model(aenv, DPMConfig(**base))
-    params = initial_params(model, aenv, jax.random.PRNGKey(0))
-    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
-    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+    model, params, batch = _round_inputs(aenv, DPMConfig(**SMALL_ROUND))
 
-    arrays = DPMFeedback(aenv, DPMConfig(**base), model, 0, tmp_path / "arrays")
-    text_cfg = DPMConfig(**base, labeler="backend")
+    arrays = DPMFeedback(aenv, DPMConfig(**SMALL_ROUND), model, 0, tmp_path / "arrays")
+    text_cfg = DPMConfig(**SMALL_ROUND, labeler="backend")
     texts = DPMFeedback(aenv, text_cfg, model, 0, tmp_path / "text")
     _, ra = arrays.refit(0, batch, params)
     pt, rt = texts.refit(0, batch, params)
@@ -308,7 +317,7 @@ def test_text_labels_through_the_scripted_backend_match_the_array_teacher(tmp_pa
     assert report["queries"] == 2 * 4 and report["abstained"] == 0
     assert rt["unlabelled_seeds"] == [] and np.all(np.asarray(pt.scale) > 0)
     assert ra["labels"]["trajectory"] == rt["labels"]["trajectory"]
-    replay = DPMConfig(**base, labeler="backend", cache_mode="replay")
+    replay = DPMConfig(**SMALL_ROUND, labeler="backend", cache_mode="replay")
     again = DPMFeedback(aenv, replay, model, 0, tmp_path / "text")
     pr, _ = again.refit(0, batch, params)
     np.testing.assert_array_equal(jax.tree.leaves(pr)[0], jax.tree.leaves(pt)[0])
@@ -318,12 +327,8 @@ def test_a_round_without_any_label_leaves_the_intrinsic_reward_off(tmp_path, sma
     """Every answer abstained (a model that never follows the format): the round is
     reported, training goes on, and the never-fitted ensemble's noise is not switched on."""
     aenv, _ = smax
-    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
-    cfg = DPMConfig(**base, labeler="backend", backend_options={"skip": 1.0})
-    model = reward_model(aenv, cfg)
-    params = initial_params(model, aenv, jax.random.PRNGKey(0))
-    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
-    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+    cfg = DPMConfig(**SMALL_ROUND, labeler="backend", backend_options={"skip": 1.0})
+    model, params, batch = _round_inputs(aenv, cfg)
     fitted, report = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
     assert report["text"]["trajectory"]["abstain_rate"] == 1.0
     assert report["labels"] == {"trajectory": 0, "agent": 0}
@@ -336,12 +341,8 @@ def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, 
     """Default: mean 0 over the round's transitions; center_quantile=1: the shift sits at
     the maximum, so no transition of the round is paid (a cost per step, never a wage)."""
     aenv, _ = smax
-    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=20)
-    cfg = DPMConfig(**base, center_quantile=quantile)
-    model = reward_model(aenv, cfg)
-    params = initial_params(model, aenv, jax.random.PRNGKey(0))
-    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
-    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+    cfg = DPMConfig(**{**SMALL_ROUND, "fit_steps": 20}, center_quantile=quantile)
+    model, params, batch = _round_inputs(aenv, cfg)
     fitted, report = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
     feats = jax.vmap(lambda b: batch_features(aenv, b))(batch)
     r = jax.vmap(lambda p, f: intrinsic_rewards(model, p, f))(fitted, feats).reshape(2, -1)
@@ -374,17 +375,13 @@ def test_smax_scene_text_follows_the_papers_prompt(smax):
 
 def test_subset_prompts_rank_only_the_described_allies_and_small_rounds_are_refused(tmp_path, smax):
     aenv, in_range = smax
-    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
-    cfg = DPMConfig(**base, describe_agents=2, labeler="backend")
-    model = reward_model(aenv, cfg)
-    params = initial_params(model, aenv, jax.random.PRNGKey(0))
-    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)
-    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2, start=in_range)
+    cfg = DPMConfig(**SMALL_ROUND, describe_agents=2, labeler="backend")
+    model, params, batch = _round_inputs(aenv, cfg, start=in_range)
     fb = DPMFeedback(aenv, cfg, model, 0, tmp_path)
     fb.refit(0, batch, params)
     pairs = np.asarray(fb._new[0]["agent"].pair_valid)  # [seeds, K, N, N]
     assert pairs.any() and not pairs[..., 2, :].any() and not pairs[..., :, 2].any()
-    big = DPMFeedback(aenv, DPMConfig(**{**base, "labels_per_round": 40}), model, 0, None)
+    big = DPMFeedback(aenv, DPMConfig(**{**SMALL_ROUND, "labels_per_round": 40}), model, 0, None)
     with pytest.raises(ValueError, match="needs 40 segments .* raise shaping.kwargs.collect_steps"):
         big.refit(0, batch, params)
 
@@ -425,14 +422,10 @@ def test_queries_through_an_openai_compatible_endpoint_count_tokens(tmp_path, sm
             ]
 
     aenv, in_range = smax
-    base = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
-    batch = _random_batch(aenv, steps=8, envs_=4, seeds=1, start=in_range)
     with serve(Fixed()) as url:
         options = {"base_url": url, "model": "fixed"}
-        cfg = DPMConfig(**base, labeler="backend", backend="http", backend_options=options)
-        model = reward_model(aenv, cfg)
-        params = initial_params(model, aenv, jax.random.PRNGKey(0))
-        params = jax.tree.map(lambda x: x[None], params)
+        cfg = DPMConfig(**SMALL_ROUND, labeler="backend", backend="http", backend_options=options)
+        model, params, batch = _round_inputs(aenv, cfg, seeds=1, start=in_range)
         fb = DPMFeedback(aenv, cfg, model, 0, tmp_path)
         _, report = fb.refit(0, batch, params)
     text = report["text"]

@@ -137,6 +137,8 @@ class DPMConfig:
         at = cfg.center_quantile
         if at is not None and not 0.0 <= at <= 1.0:
             raise ValueError(f"center_quantile must be in [0, 1] or null, got {at}")
+        if at is not None and not cfg.center_reward:
+            raise ValueError("center_quantile needs center_reward: true (it sets where to centre)")
         if cfg.enemy_damage_weight <= 0:
             raise ValueError(f"enemy_damage_weight must be > 0, got {cfg.enemy_damage_weight}")
         if cfg.lr <= 0 or cfg.reward_scale < 0:

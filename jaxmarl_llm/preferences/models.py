@@ -49,13 +49,18 @@ class ScoreMLP(nn.Module):
 class EncodedScoreNet(nn.Module):
     """DPM's reward net (appendix A.4, Table 4): the input is split into blocks (state,
     next state, observation, action), each block has its own linear encoder of
-    ``encoder_width``; their concatenation goes through the hidden layers to one output."""
+    ``encoder_width``; their concatenation goes through the hidden layers to one output.
+
+    The first ``shared_blocks`` blocks hold the same values for every agent (DPM's state
+    and next state, broadcast over the agent axis ``-2``): they are encoded once per step
+    from agent 0's copy and broadcast, the same result for a fraction of the work."""
 
     blocks: Sequence[int]
     encoder_width: int = 16
     hidden: Sequence[int] = (16,)
     activation: str = "relu"
     output: str = "linear"
+    shared_blocks: int = 0
 
     @nn.compact
     def __call__(self, x):
@@ -63,10 +68,14 @@ class EncodedScoreNet(nn.Module):
         bounds = np.cumsum([0, *self.blocks])
         if x.shape[-1] != bounds[-1]:
             raise ValueError(f"input width {x.shape[-1]} != sum of blocks {tuple(self.blocks)}")
-        parts = [
-            nn.Dense(self.encoder_width, name=f"encoder_{i}")(x[..., lo:hi])
-            for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
-        ]
+        if self.shared_blocks and x.ndim < 2:
+            raise ValueError("shared_blocks needs inputs with an agent axis [..., N, D]")
+        out_shape = (*x.shape[:-1], self.encoder_width)
+        parts = []
+        for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            block = x[..., :1, lo:hi] if i < self.shared_blocks else x[..., lo:hi]
+            encoded = nn.Dense(self.encoder_width, name=f"encoder_{i}")(block)
+            parts.append(jnp.broadcast_to(encoded, out_shape))
         x = act(jnp.concatenate(parts, -1))
         for h in self.hidden:
             x = act(nn.Dense(h)(x))
@@ -89,6 +98,10 @@ class RewardModel:
       output: ``linear`` (unbounded score) or ``tanh`` (score in [-1, 1]).
       blocks: widths of the feature blocks, each with its own linear encoder of
         ``encoder_width`` (DPM's reward net); ``None``: a plain MLP over the features.
+      agent_shared_blocks: how many leading blocks are the same for every agent (features
+        ``[..., N, D]``, e.g. the global state): encoded once per step, not once per agent.
+        Only a speed-up: the scores are those of ``0``, and the model must then always be
+        applied to features with the agent axis at ``-2``.
     """
 
     hidden: tuple[int, ...] = (64, 64)
@@ -100,6 +113,7 @@ class RewardModel:
     output: str = "linear"
     blocks: tuple[int, ...] | None = None
     encoder_width: int = 16
+    agent_shared_blocks: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -114,6 +128,12 @@ class RewardModel:
                 )
             if sorted(set(groups)) != list(range(max(groups) + 1)):
                 raise ValueError(f"agent_groups must use the groups 0..G-1, got {groups}")
+        shared = self.agent_shared_blocks
+        if shared and (self.blocks is None or not 0 <= shared <= len(self.blocks)):
+            raise ValueError(
+                f"agent_shared_blocks={shared} needs that many leading feature blocks "
+                f"(blocks={self.blocks})"
+            )
         if self.ensemble_size < 1:
             raise ValueError(f"ensemble_size must be >= 1, got {self.ensemble_size}")
         if self.activation not in _ACTIVATIONS:
@@ -132,7 +152,12 @@ class RewardModel:
             if self.agent_one_hot:  # the one-hot id is one more block
                 blocks = (*blocks, self.num_agents)
             return EncodedScoreNet(
-                blocks, self.encoder_width, self.hidden, self.activation, self.output
+                blocks,
+                self.encoder_width,
+                self.hidden,
+                self.activation,
+                self.output,
+                self.agent_shared_blocks,
             )
         return ScoreMLP(self.hidden, self.activation, self.output)
 

@@ -206,6 +206,28 @@ def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
         DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path / "empty").refit(2, batch, p1)
 
 
+def test_reward_model_encodes_the_state_once_per_step_with_the_same_rewards(smax):
+    # the speed-up reads agent 0's copy of state and next state: valid only while
+    # batch_features broadcasts them, unchanged, to every agent
+    import dataclasses
+
+    from jaxmarl_llm.methods.dpm.reward import batch_features, intrinsic_rewards
+
+    aenv, _ = smax
+    model = reward_model(aenv, DPMConfig())
+    assert model.agent_shared_blocks == 2
+    per_agent = dataclasses.replace(model, agent_shared_blocks=0)
+    params = initial_params(model, aenv, jax.random.PRNGKey(0))
+    params = params.replace(scale=jnp.float32(1.0))
+    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=6, envs_=3, seeds=1))
+    feats = batch_features(aenv, batch)
+    fast = jax.jit(intrinsic_rewards, static_argnums=0)(model, params, feats)
+    np.testing.assert_allclose(
+        fast, intrinsic_rewards(per_agent, params, feats), rtol=1e-5, atol=1e-6
+    )
+    assert float(jnp.abs(fast).max()) > 0
+
+
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_batch_centring_takes_the_mean_out_of_the_batch_it_scores(smax, jit):
     from jaxmarl_llm.methods.dpm import dpm_shaper

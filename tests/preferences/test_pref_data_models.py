@@ -115,6 +115,45 @@ class RewardModelTest(chex.TestCase):
             ]
             np.testing.assert_allclose(out[:, agent], np.mean(per_member, 0), rtol=1e-5, atol=1e-6)
 
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_agent_shared_blocks_match_per_agent_encoding(self):
+        # DPM's layout: state and next state (the same for every agent), obs, action.
+        blocks, n = (6, 6, 4, 3), 4
+        plain = RewardModel(hidden=(8,), ensemble_size=2, num_agents=n, blocks=blocks)
+        shared = RewardModel(
+            hidden=(8,), ensemble_size=2, num_agents=n, blocks=blocks, agent_shared_blocks=2
+        )
+        params = plain.init(jax.random.PRNGKey(0), sum(blocks))
+        rng = np.random.default_rng(2)
+        state = rng.normal(size=(5, 7, 1, 12)).astype(np.float32)
+        own = rng.normal(size=(5, 7, n, 7)).astype(np.float32)
+        x = jnp.concatenate([jnp.broadcast_to(state, (5, 7, n, 12)), own], -1)
+
+        out = self.variant(shared.apply_agents)(params, x)
+        chex.assert_shape(out, (5, 7, n))
+        np.testing.assert_allclose(out, plain.apply_agents(params, x), rtol=1e-5, atol=1e-6)
+
+        def loss(model):
+            return lambda p: (model.apply_agents(p, x) ** 2).mean()
+
+        g_plain = jax.grad(loss(plain))(params)
+        g_shared = self.variant(jax.grad(loss(shared)))(params)
+        chex.assert_trees_all_close(g_shared, g_plain, rtol=1e-4, atol=1e-6)
+        # only agent 0's copy of a shared block is read: the speed-up's contract
+        moved = x.at[:, :, 1:, :12].add(1.0)
+        np.testing.assert_allclose(shared.apply_agents(params, moved), out, rtol=1e-6)
+        assert not np.allclose(plain.apply_agents(params, moved), out)
+
+    def test_agent_shared_blocks_validation(self):
+        with pytest.raises(ValueError, match="agent_shared_blocks=3"):
+            RewardModel(blocks=(2, 2), agent_shared_blocks=3)
+        with pytest.raises(ValueError, match="agent_shared_blocks=1"):
+            RewardModel(agent_shared_blocks=1)  # a plain MLP has no blocks
+        m = RewardModel(hidden=(4,), blocks=(2, 3), agent_shared_blocks=1)
+        params = m.init(jax.random.PRNGKey(0), 5)
+        with pytest.raises(ValueError, match="agent axis"):
+            m.apply(params, jnp.ones((5,)))
+
     def test_potential_difference(self):
         m = RewardModel(hidden=(16,), ensemble_size=3)  # as above: init is compiled once
         params = m.init(jax.random.PRNGKey(0), 4)

@@ -44,6 +44,7 @@ def reward_model(env: ArrayEnv, cfg: DPMConfig) -> RewardModel:
         num_agents=env.num_agents,
         blocks=(s, s, o, a),
         encoder_width=cfg.encoder_width,
+        agent_shared_blocks=2,  # state and next state: the same for every agent
     )
 
 

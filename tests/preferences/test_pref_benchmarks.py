@@ -30,3 +30,17 @@ def test_preference_synthetic_json(capfd):
     assert [(r["teacher_accuracy"], r["queries"]) for r in printed["results"]] == [(0.8, 2)]
     for r in printed["results"]:
         assert 0.0 <= r["ranking_accuracy_mean"] <= 1.0 and len(r["per_seed"]) == 2
+
+
+def test_dpm_refit_json(capfd):
+    argv = ["--map", "3m", "--fit-steps", "4", "--rounds", "1", "--repeats", "1", "--json"]
+    out = _load("dpm_refit").main(argv)
+    printed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert printed == out
+    assert out["agents"] == 3 and out["labels_per_seed"] == {"trajectory": 75, "agent": 75}
+    once, per_agent = out["state_once_per_step"], out["state_per_agent"]
+    assert once["refit_s"] > 0 and per_agent["refit_s"] > 0 and out["speedup"] > 0
+    # same parameters, data and keys: the shared state encoding changes only the speed
+    assert abs(once["final_loss"] - per_agent["final_loss"]) < 1e-4 * max(
+        1.0, per_agent["final_loss"]
+    )

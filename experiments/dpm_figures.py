@@ -168,7 +168,7 @@ def run_figure(
             )
             dest = RESULTS / figure / smax_map / _slug(label)
             dest.mkdir(parents=True, exist_ok=True)
-            for name in ("summary.json", "config.yaml", "curve.png", "feedback.json"):
+            for name in ("summary.json", "config.yaml", "curve.png", "feedback.json", "eval.csv"):
                 if (out / name).exists():
                     shutil.copy(out / name, dest / name)
         plot_runs(

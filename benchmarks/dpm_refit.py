@@ -40,10 +40,8 @@ def main(argv=None) -> dict:
     from jaxmarl_llm.preferences.datasets import AgentRankingDataset, SegmentPairDataset
 
     env = make_array_env(f"smax:{args.map}", reward="strong_sparse")
-    defaults = DPMConfig()
-    cfg = DPMConfig(
-        fit_steps=args.fit_steps or defaults.fit_steps, rounds=args.rounds or defaults.rounds
-    )
+    given = {"fit_steps": args.fit_steps, "rounds": args.rounds}
+    cfg = DPMConfig(**{k: v for k, v in given.items() if v is not None})
     n, s = env.num_agents, env.world_state_dim
     dim = 2 * s + env.obs_dim + env.num_actions
     cap = {"trajectory": cfg.trajectory_labels * cfg.rounds, "agent": cfg.agent_labels * cfg.rounds}

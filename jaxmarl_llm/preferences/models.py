@@ -193,6 +193,14 @@ class RewardModel:
 
     def apply_member(self, member_params, features: jax.Array, agent=None) -> jax.Array:
         """One member's scores ``[...]`` of ``features [..., D]`` (params leaves ``[G, ...]``)."""
+        shape = jnp.shape(features)
+        if self.agent_shared_blocks and (len(shape) < 2 or shape[-2] != self.num_agents):
+            # agent 0's copy of the shared blocks is read: any other axis at -2 (a batch of
+            # state pairs, say) would be silently scored with its first row's state
+            raise ValueError(
+                "agent_shared_blocks needs features with the agent axis "
+                f"[..., {self.num_agents}, D], got shape {shape}"
+            )
         x, agent = self._inputs(features, agent)
         if self.num_groups == 1:
             return self.module.apply(jax.tree.map(lambda p: p[0], member_params), x)

@@ -153,6 +153,8 @@ class RewardModelTest(chex.TestCase):
         params = m.init(jax.random.PRNGKey(0), 5)
         with pytest.raises(ValueError, match="agent axis"):
             m.apply(params, jnp.ones((5,)))
+        with pytest.raises(ValueError, match="agent axis"):  # a batch of rows, not agents
+            m.apply(params, jnp.ones((3, 5)))
 
     def test_potential_difference(self):
         m = RewardModel(hidden=(16,), ensemble_size=3)  # as above: init is compiled once

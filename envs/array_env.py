@@ -77,6 +77,9 @@ class ArrayEnv:
         won_fn: ``(env, env_state) -> bool``; where given, episodes report a win flag.
         world_state_fn: ``(env, env_state, obs[N, D]) -> [S]`` centralized state for
             MAPPO critics and QMIX mixers. Default: all agents' observations concatenated.
+        world_state_reads_obs: whether ``world_state_fn`` reads ``obs`` (False for one
+            computed from the env state alone, as SMAX's); where it does not, a shaper
+            that only needs the next world state need not store next observations.
         agent_groups: group index per agent, for separate parameters per group.
         return_reduction: how the logged episode return reduces per-agent returns:
             ``mean`` (every agent gets the team reward, as in SMAX) or ``sum`` (MPE, as
@@ -90,6 +93,7 @@ class ArrayEnv:
         world_state_fn: WorldStateFn | None = None,
         agent_groups: tuple[int, ...] | None = None,
         return_reduction: str = "mean",
+        world_state_reads_obs: bool = True,
     ):
         if return_reduction not in ("mean", "sum"):
             raise ValueError(f"return_reduction must be 'mean' or 'sum', got {return_reduction!r}")
@@ -109,6 +113,7 @@ class ArrayEnv:
         self.num_actions = max(self._act_dims)
         self._won_fn = won_fn
         self._world_state_fn = world_state_fn
+        self.world_state_reads_obs = world_state_fn is None or bool(world_state_reads_obs)
         self.has_won = won_fn is not None
         groups = agent_groups if agent_groups is not None else (0,) * self.num_agents
         if len(groups) != self.num_agents:
@@ -182,9 +187,15 @@ class ArrayEnv:
     def world_state(self, state: ArrayEnvState, obs: jax.Array) -> jax.Array:
         return self.state_vector(state.env_state, obs)
 
-    def state_vector(self, env_state, obs: jax.Array) -> jax.Array:
+    def state_vector(self, env_state, obs: jax.Array | None) -> jax.Array:
         """The centralized state ``[S]`` of a jaxmarl env state (its observations ``obs``
-        ``[N, D]`` where the env has no world state of its own)."""
+        ``[N, D]`` where the world state reads them; ``None`` is accepted where it does
+        not, see ``world_state_reads_obs``)."""
+        if obs is None and self.world_state_reads_obs:
+            raise ValueError(
+                "this env's world state is built from the observations, so state_vector "
+                "needs obs (got None)"
+            )
         if self._world_state_fn is None:
             return jnp.reshape(obs, (-1,))
         return jnp.reshape(self._world_state_fn(self.env, env_state, obs), (-1,)).astype(

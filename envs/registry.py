@@ -29,6 +29,7 @@ class EnvSpec:
     default_kwargs: dict[str, Any] = field(default_factory=dict)
     won_fn: WonFn | None = None
     world_state_fn: WorldStateFn | None = None
+    world_state_reads_obs: bool = True  # see ArrayEnv
     # (env) -> group index per agent; default: one group
     groups_fn: Callable[[MultiAgentEnv], tuple[int, ...]] | None = None
     # how logged episode returns reduce over agents; see ArrayEnv
@@ -77,4 +78,5 @@ def make_array_env(name: str, **kwargs) -> ArrayEnv:
         world_state_fn=s.world_state_fn,
         agent_groups=groups,
         return_reduction=s.return_reduction,
+        world_state_reads_obs=s.world_state_reads_obs,
     )

@@ -184,6 +184,7 @@ for _name, _sc in sorted(scenarios().items()):
             default_kwargs=dict(BASELINE_KWARGS),
             won_fn=smax_won,
             world_state_fn=smax_world_state,
+            world_state_reads_obs=False,
             groups_fn=smax_groups,
         )
     )

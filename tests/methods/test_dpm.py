@@ -9,7 +9,7 @@ import pytest
 from scripts import load_script
 
 import envs
-from jaxmarl_llm.config import ConfigError, build_config
+from jaxmarl_llm.config import ConfigError, build_config, load_config
 from jaxmarl_llm.methods.dpm import DPMConfig, DPMFeedback, initial_params, reward_model
 from jaxmarl_llm.methods.dpm.reward import batch_features, intrinsic_rewards
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, segment_value
@@ -226,6 +226,40 @@ def test_reward_model_encodes_the_state_once_per_step_with_the_same_rewards(smax
         fast, intrinsic_rewards(per_agent, params, feats), rtol=1e-5, atol=1e-6
     )
     assert float(jnp.abs(fast).max()) > 0
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_smax_replay_items_skip_next_observations_with_the_same_rewards(smax, jit):
+    # SMAX's world state is read off the env state, so the reward needs no next obs; the
+    # buffer drops them (3.9 of 9.1 GiB per seed on 8m) and the rewards must not change
+    from jaxmarl_llm.learners.qlearning import QLearning
+    from jaxmarl_llm.methods.dpm import dpm_shaper
+    from jaxmarl_llm.shaping.registry import build_shaper
+
+    aenv, _ = smax
+    model = reward_model(aenv, DPMConfig())
+    params = initial_params(model, aenv, jax.random.PRNGKey(0)).replace(scale=jnp.float32(1))
+    shaper = dpm_shaper(aenv, model, params)
+    assert "next_obs" not in shaper.fields and {"state", "next_state"} <= set(shaper.fields)
+    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=5, envs_=2, seeds=1))
+    apply = jax.jit(shaper.apply) if jit else shaper.apply
+    with_obs = np.asarray(apply(params, batch))
+    without = np.asarray(apply(params, batch.replace(next_obs=None)))
+    assert np.abs(with_obs).max() > 0
+    np.testing.assert_array_equal(without, with_obs)
+
+    cfg = load_config("dpm_smax_3m", ["algo.buffer_size=64", "algo.batch_size=8"])
+    q = QLearning(cfg.algo, aenv, build_shaper(cfg.shaping, aenv))
+    item = q._item_spec()
+    assert item.next_obs is None and item.next_state is not None
+
+    # an env whose world state is its observations still stores and reads them
+    spread = envs.make_array_env("mpe:simple_spread_3")
+    assert spread.world_state_reads_obs and not aenv.world_state_reads_obs
+    assert "next_obs" in dpm_shaper(spread, reward_model(spread, DPMConfig()), None).fields
+    _, spread_state = spread.reset(jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match="needs obs"):
+        spread.state_vector(spread_state.env_state, None)
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])

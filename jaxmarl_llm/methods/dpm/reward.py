@@ -57,15 +57,25 @@ def initial_params(model: RewardModel, env: ArrayEnv, key: jax.Array) -> DPMPara
 
 
 def agent_features(
-    env: ArrayEnv, state: Any, obs: jax.Array, actions: jax.Array, next_state: Any, next_obs
+    env: ArrayEnv,
+    state: Any,
+    obs: jax.Array,
+    actions: jax.Array,
+    next_state: Any,
+    next_obs: jax.Array | None,
 ) -> jax.Array:
     """Per-agent inputs ``[..., N, 2S + D + A]`` of transitions with leading shape
-    ``actions.shape[:-1]`` (env states with the same leading axes)."""
+    ``actions.shape[:-1]`` (env states with the same leading axes). ``next_obs`` may be
+    ``None`` where the env's world state does not read observations (SMAX)."""
     lead = actions.shape[:-1]
     flat = lambda x: x.reshape((-1, *x.shape[len(lead) :]))
     vec = jax.vmap(env.state_vector)
     s = vec(jax.tree.map(flat, state), flat(obs)).reshape((*lead, -1))
-    s_next = vec(jax.tree.map(flat, next_state), flat(next_obs)).reshape((*lead, -1))
+    if next_obs is None:
+        s_next = jax.vmap(lambda st: env.state_vector(st, None))(jax.tree.map(flat, next_state))
+        s_next = s_next.reshape((*lead, -1))
+    else:
+        s_next = vec(jax.tree.map(flat, next_state), flat(next_obs)).reshape((*lead, -1))
     n = actions.shape[-1]
     bcast = lambda x: jnp.broadcast_to(x[..., None, :], (*lead, n, x.shape[-1]))
     one_hot = jax.nn.one_hot(actions, env.num_actions, dtype=jnp.float32)
@@ -84,6 +94,14 @@ def intrinsic_rewards(model: RewardModel, params: DPMParams, features: jax.Array
     return (raw - params.shift) * (params.scale * params.weight)
 
 
+def dpm_fields(env: ArrayEnv) -> tuple[str, ...]:
+    """The transition fields the reward reads. Next observations only where the world
+    state is built from them: on SMAX they would double the replay buffer (3.9 of 9.1 GiB
+    per seed on 8m at 5,000 items) for nothing."""
+    fields = ("obs", "actions", "state", "next_state")
+    return (*fields, "next_obs") if env.world_state_reads_obs else fields
+
+
 def dpm_shaper(
     env: ArrayEnv,
     model: RewardModel,
@@ -100,7 +118,7 @@ def dpm_shaper(
     return Shaper(
         apply=apply,
         params=params,
-        fields=("obs", "actions", "next_obs", "state", "next_state"),
+        fields=dpm_fields(env),
         mode=mode,
         coef=coef,
         name="dpm",

@@ -70,12 +70,9 @@ def agent_features(
     lead = actions.shape[:-1]
     flat = lambda x: x.reshape((-1, *x.shape[len(lead) :]))
     vec = jax.vmap(env.state_vector)
-    s = vec(jax.tree.map(flat, state), flat(obs)).reshape((*lead, -1))
-    if next_obs is None:
-        s_next = jax.vmap(lambda st: env.state_vector(st, None))(jax.tree.map(flat, next_state))
-        s_next = s_next.reshape((*lead, -1))
-    else:
-        s_next = vec(jax.tree.map(flat, next_state), flat(next_obs)).reshape((*lead, -1))
+    # tree.map passes a None next_obs through, and vmap maps over its (no) leaves
+    world = lambda st, o: vec(jax.tree.map(flat, st), jax.tree.map(flat, o)).reshape((*lead, -1))
+    s, s_next = world(state, obs), world(next_state, next_obs)
     n = actions.shape[-1]
     bcast = lambda x: jnp.broadcast_to(x[..., None, :], (*lead, n, x.shape[-1]))
     one_hot = jax.nn.one_hot(actions, env.num_actions, dtype=jnp.float32)

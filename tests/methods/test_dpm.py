@@ -12,7 +12,7 @@ import envs
 from jaxmarl_llm.config import ConfigError, build_config, load_config
 from jaxmarl_llm.methods.dpm import DPMConfig, DPMFeedback, initial_params, reward_model
 from jaxmarl_llm.methods.dpm.reward import batch_features, intrinsic_rewards
-from jaxmarl_llm.methods.dpm.teacher import agent_contributions, segment_value
+from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
 from jaxmarl_llm.preferences import RewardModel
 from jaxmarl_llm.runner import run_experiment
 
@@ -135,6 +135,8 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.center_quantile=1.5")
     with pytest.raises(ConfigError, match="center_quantile needs center_reward: true"):
         _tiny(tmp_path, "shaping.kwargs.center_quantile=1.0", "shaping.kwargs.center_reward=false")
+    with pytest.raises(ConfigError, match="center_neutral needs center_reward: true and no"):
+        _tiny(tmp_path, "shaping.kwargs.center_neutral=true", "shaping.kwargs.center_quantile=0.5")
     with pytest.raises(ValueError, match="needs 60 segments .* raise shaping.kwargs.collect_steps"):
         run_experiment(_tiny(tmp_path / "small", "shaping.kwargs.labels_per_round=60"))
     assert not (tmp_path / "small" / "checkpoints").exists()  # refused before training
@@ -392,20 +394,35 @@ def test_a_round_without_any_label_leaves_the_intrinsic_reward_off(tmp_path, sma
     np.testing.assert_array_equal(fitted.scale, [0.0, 0.0])
 
 
-@pytest.mark.parametrize("quantile", [None, 1.0], ids=["mean", "max"])
-def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, quantile):
+@pytest.mark.parametrize("zero", ["mean", "max", "quiet"])
+def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, zero):
     """Default: mean 0 over the round's transitions; center_quantile=1: the shift sits at
-    the maximum, so no transition of the round is paid (a cost per step, never a wage)."""
+    the maximum, so no transition of the round is paid (a cost per step, never a wage);
+    center_neutral: mean 0 over the steps in which no unit's health changed."""
     aenv, _ = smax
-    cfg = DPMConfig(**{**SMALL_ROUND, "fit_steps": 20}, center_quantile=quantile)
+    cfg = DPMConfig(
+        **{**SMALL_ROUND, "fit_steps": 20},
+        center_quantile=1.0 if zero == "max" else None,
+        center_neutral=zero == "quiet",
+    )
     model, params, batch = _round_inputs(aenv, cfg)
     fitted, report = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
     feats = jax.vmap(lambda b: batch_features(aenv, b))(batch)
-    r = jax.vmap(lambda p, f: intrinsic_rewards(model, p, f))(fitted, feats).reshape(2, -1)
+    r = jax.vmap(lambda p, f: intrinsic_rewards(model, p, f))(fitted, feats)  # [S, T, E, N]
+    health = jax.vmap(jax.vmap(jax.vmap(lambda s: health_fractions(aenv, s))))
+    quiet = np.all(np.asarray(health(batch.state)) == np.asarray(health(batch.next_state)), -1)
+    assert 0 < quiet.mean() < 1, "random play should give both quiet and fighting steps"
+    np.testing.assert_allclose(report["quiet_fraction"], quiet.reshape(2, -1).mean(-1))
+    r = np.asarray(r)
+    if zero == "quiet":
+        for seed in range(2):
+            np.testing.assert_allclose(r[seed][quiet[seed]].mean(), 0.0, atol=1e-6)
+            assert abs(r[seed].mean()) > 1e-3, "the quiet mean should differ from the mean"
+    r = r.reshape(2, -1)
     np.testing.assert_allclose(r.std(-1), cfg.reward_scale, rtol=1e-3)
-    if quantile is None:
+    if zero == "mean":
         np.testing.assert_allclose(r.mean(-1), 0.0, atol=1e-6)
-    else:
+    elif zero == "max":
         np.testing.assert_allclose(r.max(-1), 0.0, atol=1e-6)
         assert np.all(np.asarray(r.mean(-1)) < -0.5 * cfg.reward_scale)
     assert report["shift"] == np.asarray(fitted.shift).tolist()

@@ -84,6 +84,14 @@ class DPMConfig:
     # Measured on 3m: it frees the stalling seed of agent-only runs, and makes a
     # both-types seed pair rush and lose in 6 steps (experiments/RESULTS.md, DPM)
     center_quantile: float | None = None
+    # ... at the mean over the round's transitions in which no unit's health changed
+    # (the teacher's value of such a step is 0: nothing happened) instead of the mean over
+    # all of them. The teacher scores health traded, which telescopes over an episode; with
+    # its zero on quiet steps the intrinsic return follows that score, and how long an
+    # episode lasts neither pays nor costs by itself (the mean's zero makes quiet steps pay
+    # whenever fights score below average, and cost when above: the stall and the rush
+    # measured on 3m, experiments/RESULTS.md, DPM). Rounds without a quiet step use the mean.
+    center_neutral: bool = False
     # ... and, when the learner samples, shifted again to mean 0 over the sampled batch.
     # The round's centring holds on the states of the round; a policy that drifts after the
     # last round can reach states the fixed ensemble pays well on average (on 2s3z a
@@ -139,6 +147,11 @@ class DPMConfig:
             raise ValueError(f"center_quantile must be in [0, 1] or null, got {at}")
         if at is not None and not cfg.center_reward:
             raise ValueError("center_quantile needs center_reward: true (it sets where to centre)")
+        if cfg.center_neutral and (at is not None or not cfg.center_reward):
+            raise ValueError(
+                "center_neutral needs center_reward: true and no center_quantile (it sets "
+                "where to centre)"
+            )
         if cfg.enemy_damage_weight <= 0:
             raise ValueError(f"enemy_damage_weight must be > 0, got {cfg.enemy_damage_weight}")
         if cfg.lr <= 0 or cfg.reward_scale < 0:

@@ -64,6 +64,16 @@ def _map_steps(fn, *trees):
     return jax.vmap(jax.vmap(fn))(*trees)
 
 
+def _quiet_mean(raw: jax.Array, quiet: jax.Array, fallback: jax.Array) -> jax.Array:
+    """Per seed, the mean of ``raw [S, T*E*N]`` over the agents of quiet steps
+    ``quiet [S, T, E]``; ``fallback [S]`` where a seed's round has none."""
+    seeds = raw.shape[0]
+    agents = raw.shape[1] // quiet[0].size
+    w = jnp.repeat(quiet.reshape(seeds, -1), agents, axis=-1).astype(raw.dtype)
+    count = w.sum(-1)
+    return jnp.where(count > 0, (raw * w).sum(-1) / jnp.maximum(count, 1.0), fallback)
+
+
 class DPMFeedback:
     """The ``Feedback`` (shaping/feedback.py) of the ``dpm`` shaper."""
 
@@ -188,6 +198,9 @@ class DPMFeedback:
             return (h0[n:] - h1[n:]).sum() / (h0.shape[0] - n)
 
         out["dense"] = _map_steps(dense, batch.state, batch.next_state)
+        # steps in which no unit's health changed: the teacher's zero (center_neutral)
+        quiet = lambda s, s_next: jnp.all(health_fractions(env, s) == health_fractions(env, s_next))
+        out["quiet"] = _map_steps(quiet, batch.state, batch.next_state)
         out["features"] = feats
         out["consensus"] = consensus.mean()
         return out
@@ -384,6 +397,8 @@ class DPMFeedback:
             if cfg.center_reward:  # 0 at the mean (or quantile) of the round's transitions
                 at = cfg.center_quantile
                 shift = raw.mean(-1) if at is None else jnp.quantile(raw, at, axis=-1)
+                if cfg.center_neutral:  # ... or of its quiet ones
+                    shift = _quiet_mean(raw, q["quiet"], shift)
                 fitted = fitted.replace(shift=shift)
             if cfg.reward_scale > 0:
                 std = raw.std(-1)
@@ -417,6 +432,7 @@ class DPMFeedback:
             "scale": host(fitted.scale),
             "unlabelled_seeds": [int(i) for i in np.flatnonzero(labelled == 0)],
             "shift": host(fitted.shift),
+            "quiet_fraction": host(q["quiet"].reshape(seeds, -1).mean(-1)),
             "pearson_dense": host(after["pearson_dense"]),
         }
         if text_report is not None:

@@ -419,6 +419,7 @@ def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, 
             np.testing.assert_allclose(r[seed][quiet[seed]].mean(), 0.0, atol=1e-6)
             assert abs(r[seed].mean()) > 1e-3, "the quiet mean should differ from the mean"
     r = r.reshape(2, -1)
+    np.testing.assert_allclose(report["reward_mean"], r.mean(-1), atol=1e-6)
     np.testing.assert_allclose(r.std(-1), cfg.reward_scale, rtol=1e-3)
     if zero == "mean":
         np.testing.assert_allclose(r.mean(-1), 0.0, atol=1e-6)

@@ -39,7 +39,7 @@ from envs.array_env import ArrayEnv
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.lm.teachers import PairLabels, TeacherNoise, agent_rankings, pair_preferences
 from jaxmarl_llm.methods.dpm.config import DPMConfig
-from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features
+from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features, intrinsic_rewards
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
 from jaxmarl_llm.shaping.base import TransitionBatch
 
@@ -407,6 +407,11 @@ class DPMFeedback:
         # off: its ensemble was never fitted, and scaled noise is not a reward
         labelled = sum(np.asarray(d.valid).reshape(seeds, -1).sum(-1) for d in data.values())
         fitted = fitted.replace(scale=jnp.where(jnp.asarray(labelled > 0), fitted.scale, 0.0))
+        # the intrinsic reward's mean per agent-step over the round: where its zero sits
+        # (centring on quiet steps leaves fights paying or costing on average)
+        reward_mean = jax.vmap(lambda p, f: intrinsic_rewards(self.model, p, f).mean())(
+            fitted, q["features"]
+        )
         after = self._eval_fn(fitted, new, q["features"], q["dense"])
         held_out = self._eval_fn(fitted, q["eval"], q["features"], q["dense"])
         jax.block_until_ready(fitted)
@@ -433,6 +438,7 @@ class DPMFeedback:
             "unlabelled_seeds": [int(i) for i in np.flatnonzero(labelled == 0)],
             "shift": host(fitted.shift),
             "quiet_fraction": host(q["quiet"].reshape(seeds, -1).mean(-1)),
+            "reward_mean": host(reward_mean),
             "pearson_dense": host(after["pearson_dense"]),
         }
         if text_report is not None:

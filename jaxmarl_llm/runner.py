@@ -88,6 +88,57 @@ def check_resume_config(saved: DictConfig, requested: DictConfig) -> None:
     walk(a, b)
 
 
+def _leaf_specs(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]:
+    """``{path: (shape, dtype)}`` of a tree's array leaves, paths as plain names so that a
+    checkpoint's metadata (nested dicts) and the train state (dataclasses) compare."""
+
+    def name(entry) -> str:
+        for attr in ("key", "name", "idx"):
+            if hasattr(entry, attr):
+                return str(getattr(entry, attr))
+        return str(entry)
+
+    return {
+        tuple(name(e) for e in path): (tuple(leaf.shape), str(leaf.dtype))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
+
+
+def restore_checkpoint(mgr: ocp.CheckpointManager, step: int, abstract: Any, run_dir: Path):
+    """The checkpoint at ``step`` restored into ``abstract``'s structure, or a ConfigError
+    naming the arrays that differ (a checkpoint written by another version of the code or
+    config) before anything is read; the checkpoint itself is left as it is."""
+    saved = _leaf_specs(mgr.item_metadata(step))
+    wanted = _leaf_specs(abstract)
+    show = lambda path: ".".join(path)
+    problems = [f"{show(p)} is only in the checkpoint" for p in saved.keys() - wanted.keys()]
+    problems += [f"{show(p)} is missing from the checkpoint" for p in wanted.keys() - saved.keys()]
+    problems += [
+        f"{show(p)} is {saved[p][0]} {saved[p][1]} in the checkpoint, {wanted[p][0]} "
+        f"{wanted[p][1]} now"
+        for p in sorted(saved.keys() & wanted.keys())
+        if saved[p] != wanted[p]
+    ]
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise ConfigError(
+            f"{run_dir}: the checkpoint at update {step} does not fit the train state this "
+            f"code and config build: {'; '.join(sorted(problems)[:5])}{more}. It was written "
+            "by another version of the code; load it with that version, or start a new run "
+            "in another out_dir"
+        )
+    return mgr.restore(step, args=ocp.args.StandardRestore(abstract))
+
+
+def _checkpoints(path: Path, **options) -> ocp.CheckpointManager:
+    """A manager that can read its items' metadata (for restore_checkpoint's check)."""
+    return ocp.CheckpointManager(
+        path.absolute(),
+        options=ocp.CheckpointManagerOptions(**options),
+        item_handlers=ocp.StandardCheckpointHandler(),
+    )
+
+
 class MetricsWriter:
     """Appends one CSV row per update; on resume, drops rows past the checkpoint."""
 
@@ -272,17 +323,14 @@ def run_experiment(
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_seeds)
     t_compile = time.perf_counter()
     state = init(keys)
-    mgr = ocp.CheckpointManager(
-        (run_dir / "checkpoints").absolute(),
-        options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True),
-    )
+    mgr = _checkpoints(run_dir / "checkpoints", max_to_keep=cfg.keep_checkpoints, create=True)
     done_updates = 0
     if cfg.resume:
         latest = mgr.latest_step()
         if latest is None:
             raise ConfigError(f"resume: {run_dir} has no checkpoint to continue from")
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-        state = mgr.restore(latest, args=ocp.args.StandardRestore(abstract))
+        state = restore_checkpoint(mgr, latest, abstract, run_dir)
         done_updates = int(latest)
     writer = MetricsWriter(run_dir / "metrics.csv", done_updates if cfg.resume else None)
 
@@ -420,11 +468,11 @@ def load_trained(run_dir: Path) -> TrainedRun:
     ckpt = (run_dir / "checkpoints").absolute()
     if not ckpt.is_dir():
         raise ConfigError(f"{run_dir} has no checkpoints/ folder to load")
-    with ocp.CheckpointManager(ckpt) as mgr:
+    with _checkpoints(ckpt) as mgr:
         step = mgr.latest_step()
         if step is None:
             raise ConfigError(f"{run_dir} has no checkpoint to load")
-        state = mgr.restore(step, args=ocp.args.StandardRestore(abstract))
+        state = restore_checkpoint(mgr, step, abstract, run_dir)
     return TrainedRun(cfg=cfg, env=env, learner=learner, state=state, updates=int(step))
 
 

@@ -127,3 +127,42 @@ def test_existing_run_folder_is_not_overwritten(tmp_path):
     run_experiment(tiny_cfg(tmp_path))
     with pytest.raises(ConfigError, match="resume="):
         run_experiment(tiny_cfg(tmp_path))
+
+
+def test_a_checkpoint_of_another_code_version_is_refused_with_the_differing_arrays(tmp_path):
+    """Resuming a checkpoint whose train state has other arrays (e.g. a replay buffer that
+    stored next observations) names them instead of failing inside orbax."""
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    from flax import struct
+
+    from jaxmarl_llm.runner import _checkpoints, restore_checkpoint
+
+    @struct.dataclass
+    class Buffer:
+        obs: jax.Array
+        next_obs: jax.Array | None = None
+
+    @struct.dataclass
+    class State:
+        buffer: Buffer
+        step: jax.Array
+
+    saved = State(Buffer(jnp.arange(6.0).reshape(2, 3), jnp.ones((2, 3))), jnp.array(7))
+    with _checkpoints(tmp_path / "ckpt", create=True) as mgr:
+        mgr.save(4, args=ocp.args.StandardSave(saved))
+    abstract = lambda tree: jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+    without_next = State(Buffer(jnp.zeros((2, 3))), jnp.array(0))
+    wider = State(Buffer(jnp.zeros((2, 4)), jnp.zeros((2, 3))), jnp.array(0))
+    with _checkpoints(tmp_path / "ckpt") as mgr:
+        with pytest.raises(
+            ConfigError, match=r"update 4 .*buffer\.next_obs is only in the checkpoint"
+        ):
+            restore_checkpoint(mgr, 4, abstract(without_next), tmp_path)
+        with pytest.raises(
+            ConfigError, match=r"buffer\.obs is \(2, 3\) float32 in the checkpoint, \(2, 4\)"
+        ):
+            restore_checkpoint(mgr, 4, abstract(wider), tmp_path)
+        restored = restore_checkpoint(mgr, 4, abstract(saved), tmp_path)  # left intact
+    for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(restored), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -6,6 +6,7 @@
     python experiments/dpm_figures.py rounds                    # Fig. 8a: 2 / 5 / 10 rounds
     python experiments/dpm_figures.py mixer                     # Fig. 8c: DPM on VDN / QPLEX
     python experiments/dpm_figures.py subset --maps 8m          # Fig. 8d: 4 of 8 allies described
+    python experiments/dpm_figures.py zero                      # the intrinsic reward's zero point
 
 Every curve is one ``run.py`` run (2 seeds vmapped by default) in ``runs/dpm/<figure>/<map>/``;
 a finished run is reused (delete its folder to rerun). Results: ``experiments/results/dpm/``
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "experiments" / "results" / "dpm"
-FIGURES = ("main", "types", "selection", "rounds", "mixer", "subset")
+FIGURES = ("main", "types", "selection", "rounds", "mixer", "subset", "zero")
 WIN_TARGETS = (0.5, 0.9)  # "steps to" columns: a midway mark and the paper's target
 
 
@@ -69,6 +70,14 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
     if figure == "subset":
         half = [*env, "shaping.kwargs.describe_agents=4"]
         return [dpm, ("DPM, 4 allies ranked per step", "dpm_smax_3m", half)]
+    if figure == "zero":  # not in the paper: where the refit puts the reward's zero
+        quiet = [*env, "shaping.kwargs.center_neutral=true"]
+        return [
+            ("DPM, zero at the round's mean, seeds 0-1", "dpm_smax_3m", env),
+            ("DPM, zero at the round's quiet steps, seeds 0-1", "dpm_smax_3m", quiet),
+            ("DPM, zero at the round's mean, seeds 2-3", "dpm_smax_3m", [*env, "seed=2"]),
+            ("DPM, zero at the round's quiet steps, seeds 2-3", "dpm_smax_3m", [*quiet, "seed=2"]),
+        ]
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 
 

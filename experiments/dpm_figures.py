@@ -77,6 +77,8 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             ("DPM, zero at the round's quiet steps, seeds 0-1", "dpm_smax_3m", quiet),
             ("DPM, zero at the round's mean, seeds 2-3", "dpm_smax_3m", [*env, "seed=2"]),
             ("DPM, zero at the round's quiet steps, seeds 2-3", "dpm_smax_3m", [*quiet, "seed=2"]),
+            ("DPM, zero at the round's mean, seeds 4-5", "dpm_smax_3m", [*env, "seed=4"]),
+            ("DPM, zero at the round's quiet steps, seeds 4-5", "dpm_smax_3m", [*quiet, "seed=4"]),
         ]
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -119,6 +119,23 @@ def _eval_steps_to(run_dir: Path, target: float, window: int = 2) -> int | None:
     return int(data["env_steps"][hit[0]]) if hit.size else None
 
 
+def _eval_means(run_dir: Path, last: int = 5) -> dict:
+    """The seeds' greedy test win rate averaged over the last ``last`` evaluations and over
+    all of them (the area under the test curve): steadier than the final evaluation."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    if not (run_dir / "eval.csv").exists():
+        return {}
+    header, data = load_metrics(run_dir / "eval.csv")
+    rates = np.stack([data[c] for c in seed_columns(header, "eval_win_rate")], 1)
+    return {
+        "test_win_rate_last5": float(np.nanmean(rates[-last:])),
+        "test_win_rate_all": float(np.nanmean(rates)),
+    }
+
+
 def _feedback_summary(run_dir: Path) -> dict:
     path = run_dir / "feedback.json"
     if not path.exists():
@@ -174,6 +191,7 @@ def run_figure(
                     "wall_s": summary["wall_s"],
                     "env_steps_per_s": summary["env_steps_per_s"],
                     "feedback_s": summary.get("feedback_s", 0.0),
+                    **_eval_means(out),
                     **_feedback_summary(out),
                 }
             )
@@ -200,13 +218,17 @@ def run_figure(
 
 def markdown_table(rows: list[dict]) -> str:
     tested = any(r.get("test_win_rate_mean") is not None for r in rows)
-    test_head = "| greedy test win rate (per seed) | test steps to 0.5 / 0.9 " if tested else ""
+    test_head = (
+        "| greedy test win rate (per seed) | last 5 / all evaluations | test steps to 0.5 / 0.9 "
+        if tested
+        else ""
+    )
     head = (
         "| map | variant | final win rate (per seed) | steps to 0.5 / 0.9 "
         + test_head
         + "| held-out agreement traj. / agent | Pearson r_hat vs dense | env steps | steps/s "
         "| feedback s |\n|---|---|---|---|---|---|---|---|---|"
-        + ("---|---|" if tested else "")
+        + ("---|---|---|" if tested else "")
         + "\n"
     )
     fmt = lambda x: "" if x is None else f"{x:.2f}"
@@ -218,11 +240,14 @@ def markdown_table(rows: list[dict]) -> str:
         steps = reached(r["steps_to"])
         if tested:
             if r.get("test_win_rate_mean") is None:  # a run made without test episodes
-                steps += " |  | "
+                steps += " |  |  | "
             else:
                 test_seeds = per_seed(r.get("test_win_rate_per_seed"))
                 test_steps = reached(r["test_steps_to"])
-                steps += f" | {fmt(r['test_win_rate_mean'])} ({test_seeds}) | {test_steps}"
+                means = f"{fmt(r.get('test_win_rate_last5'))} / {fmt(r.get('test_win_rate_all'))}"
+                steps += (
+                    f" | {fmt(r['test_win_rate_mean'])} ({test_seeds}) | {means} | {test_steps}"
+                )
         agree = (
             f"{fmt(r.get('heldout_trajectory'))} / {fmt(r.get('heldout_agent'))}"
             if "rounds" in r

@@ -523,14 +523,18 @@ def test_test_win_rate_columns_come_from_eval_csv(tmp_path):
     # seed means 0.3, 0.95, 0.8, 0.95, 0.95; over 2 evaluations: 0.3, 0.625, 0.875, 0.875, 0.95
     assert figures._eval_steps_to(tmp_path, 0.9) == 5000
     assert figures._eval_steps_to(tmp_path, 0.5) == 2000
+    means = figures._eval_means(tmp_path)  # last 5 = all 5 evaluations here; last 2 below
+    assert means == pytest.approx({"test_win_rate_last5": 0.79, "test_win_rate_all": 0.79})
+    assert figures._eval_means(tmp_path, last=2)["test_win_rate_last5"] == pytest.approx(0.95)
     row = {
         "map": "3m", "variant": "DPM", "win_rate_mean": 0.8, "win_rate_per_seed": [0.8, 0.8],
         "steps_to": {"0.5": 1000, "0.9": None}, "test_win_rate_mean": 0.95,
         "test_win_rate_per_seed": [0.95, 0.95], "test_steps_to": {"0.5": 2000, "0.9": 5000},
-        "env_steps": 5000, "env_steps_per_s": 10.0, "feedback_s": 0.0,
+        "env_steps": 5000, "env_steps_per_s": 10.0, "feedback_s": 0.0, **means,
     }  # fmt: skip
     table = figures.markdown_table([row])
-    assert "greedy test win rate" in table and "| 0.95 (0.95, 0.95) | 2,000 / 5,000 |" in table
+    assert "greedy test win rate" in table
+    assert "| 0.95 (0.95, 0.95) | 0.79 / 0.79 | 2,000 / 5,000 |" in table
     assert table.splitlines()[1].count("---") == len(table.splitlines()[2].split("|")) - 2
 
 

@@ -102,9 +102,9 @@ def _steps_to(run_dir: Path, target: float, window: int = 10) -> int | None:
     return int(data["env_steps"][hit[0]]) if hit.size else None
 
 
-def _eval_steps_to(run_dir: Path, target: float, window: int = 2) -> int | None:
-    """First env step at which the seeds' mean greedy test win rate (``eval.csv``),
-    averaged over the last ``window`` evaluations, reaches ``target``."""
+def _test_win_rates(run_dir: Path):
+    """``(env_steps [K], win rates [K, seeds])`` of the greedy test episodes in
+    ``eval.csv``, or None for a run made without them."""
     import numpy as np
 
     from jaxmarl_llm.plotting import load_metrics, seed_columns
@@ -112,11 +112,22 @@ def _eval_steps_to(run_dir: Path, target: float, window: int = 2) -> int | None:
     if not (run_dir / "eval.csv").exists():
         return None
     header, data = load_metrics(run_dir / "eval.csv")
-    cols = seed_columns(header, "eval_win_rate")
-    mean = np.nan_to_num(np.nanmean(np.stack([data[c] for c in cols], 1), 1))
+    rates = np.stack([data[c] for c in seed_columns(header, "eval_win_rate")], 1)
+    return data["env_steps"], rates
+
+
+def _eval_steps_to(run_dir: Path, target: float, window: int = 2) -> int | None:
+    """First env step at which the seeds' mean greedy test win rate (``eval.csv``),
+    averaged over the last ``window`` evaluations, reaches ``target``."""
+    import numpy as np
+
+    if (tested := _test_win_rates(run_dir)) is None:
+        return None
+    steps, rates = tested
+    mean = np.nan_to_num(np.nanmean(rates, 1))
     rolling = np.array([mean[max(0, i - window + 1) : i + 1].mean() for i in range(mean.size)])
     hit = np.nonzero(rolling >= target)[0]
-    return int(data["env_steps"][hit[0]]) if hit.size else None
+    return int(steps[hit[0]]) if hit.size else None
 
 
 def _eval_means(run_dir: Path, last: int = 5) -> dict:
@@ -124,12 +135,9 @@ def _eval_means(run_dir: Path, last: int = 5) -> dict:
     all of them (the area under the test curve): steadier than the final evaluation."""
     import numpy as np
 
-    from jaxmarl_llm.plotting import load_metrics, seed_columns
-
-    if not (run_dir / "eval.csv").exists():
+    if (tested := _test_win_rates(run_dir)) is None:
         return {}
-    header, data = load_metrics(run_dir / "eval.csv")
-    rates = np.stack([data[c] for c in seed_columns(header, "eval_win_rate")], 1)
+    rates = tested[1]
     return {
         "test_win_rate_last5": float(np.nanmean(rates[-last:])),
         "test_win_rate_all": float(np.nanmean(rates)),

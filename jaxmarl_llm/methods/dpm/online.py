@@ -39,7 +39,7 @@ from envs.array_env import ArrayEnv
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.lm.teachers import PairLabels, TeacherNoise, agent_rankings, pair_preferences
 from jaxmarl_llm.methods.dpm.config import DPMConfig
-from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features, intrinsic_rewards
+from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
 from jaxmarl_llm.shaping.base import TransitionBatch
 
@@ -65,13 +65,12 @@ def _map_steps(fn, *trees):
 
 
 def _quiet_mean(raw: jax.Array, quiet: jax.Array, fallback: jax.Array) -> jax.Array:
-    """Per seed, the mean of ``raw [S, T*E*N]`` over the agents of quiet steps
+    """Per seed, the mean of ``raw [S, T, E, N]`` over the agents of quiet steps
     ``quiet [S, T, E]``; ``fallback [S]`` where a seed's round has none."""
-    seeds = raw.shape[0]
-    agents = raw.shape[1] // quiet[0].size
-    w = jnp.repeat(quiet.reshape(seeds, -1), agents, axis=-1).astype(raw.dtype)
-    count = w.sum(-1)
-    return jnp.where(count > 0, (raw * w).sum(-1) / jnp.maximum(count, 1.0), fallback)
+    w = jnp.broadcast_to(quiet[..., None], raw.shape).astype(raw.dtype)
+    count = w.sum((1, 2, 3))
+    mean = (raw * w).sum((1, 2, 3)) / jnp.maximum(count, 1.0)
+    return jnp.where(count > 0, mean, fallback)
 
 
 class DPMFeedback:
@@ -192,15 +191,13 @@ class DPMFeedback:
         index, picked = prefs.select_uniform(k_et, seg_valid, 2 * num)
         out["eval"]["trajectory"] = trajectory_queries(k_lt, index, picked, exact)[0]
 
-        # SMAX's dense reward of each step (enemy health removed / enemies), for pearson_dense
-        def dense(s, s_next):
+        # per step: SMAX's dense reward (enemy health removed / enemies), for pearson_dense,
+        # and whether no unit's health changed (quiet: the teacher's zero, center_neutral)
+        def health_change(s, s_next):
             h0, h1 = health_fractions(env, s), health_fractions(env, s_next)
-            return (h0[n:] - h1[n:]).sum() / (h0.shape[0] - n)
+            return (h0[n:] - h1[n:]).sum() / (h0.shape[0] - n), jnp.all(h0 == h1)
 
-        out["dense"] = _map_steps(dense, batch.state, batch.next_state)
-        # steps in which no unit's health changed: the teacher's zero (center_neutral)
-        quiet = lambda s, s_next: jnp.all(health_fractions(env, s) == health_fractions(env, s_next))
-        out["quiet"] = _map_steps(quiet, batch.state, batch.next_state)
+        out["dense"], out["quiet"] = _map_steps(health_change, batch.state, batch.next_state)
         out["features"] = feats
         out["consensus"] = consensus.mean()
         return out
@@ -391,27 +388,24 @@ class DPMFeedback:
         )
         one, zero = jnp.ones((seeds,), jnp.float32), jnp.zeros((seeds,), jnp.float32)
         fitted = DPMParams(model_params, one, zero, weight=params.weight)
-        if cfg.reward_scale > 0 or cfg.center_reward:
-            raw = jax.vmap(lambda p, f: self.model.apply_agents(p.model, f))(fitted, q["features"])
-            raw = raw.reshape(seeds, -1)
-            if cfg.center_reward:  # 0 at the mean (or quantile) of the round's transitions
-                at = cfg.center_quantile
-                shift = raw.mean(-1) if at is None else jnp.quantile(raw, at, axis=-1)
-                if cfg.center_neutral:  # ... or of its quiet ones
-                    shift = _quiet_mean(raw, q["quiet"], shift)
-                fitted = fitted.replace(shift=shift)
-            if cfg.reward_scale > 0:
-                std = raw.std(-1)
-                fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(std, 1e-6))
+        # the fitted ensemble's raw outputs on the round's transitions [S, T, E, N]
+        raw = jax.vmap(lambda p, f: self.model.apply_agents(p.model, f))(fitted, q["features"])
+        flat = raw.reshape(seeds, -1)
+        if cfg.center_reward:  # 0 at the mean (or quantile) of the round's transitions
+            at = cfg.center_quantile
+            shift = flat.mean(-1) if at is None else jnp.quantile(flat, at, axis=-1)
+            if cfg.center_neutral:  # ... or of its quiet ones
+                shift = _quiet_mean(raw, q["quiet"], shift)
+            fitted = fitted.replace(shift=shift)
+        if cfg.reward_scale > 0:
+            fitted = fitted.replace(scale=cfg.reward_scale / jnp.maximum(flat.std(-1), 1e-6))
         # a seed with no label yet (every answer abstained or unparsable) keeps its reward
         # off: its ensemble was never fitted, and scaled noise is not a reward
         labelled = sum(np.asarray(d.valid).reshape(seeds, -1).sum(-1) for d in data.values())
         fitted = fitted.replace(scale=jnp.where(jnp.asarray(labelled > 0), fitted.scale, 0.0))
         # the intrinsic reward's mean per agent-step over the round: where its zero sits
         # (centring on quiet steps leaves fights paying or costing on average)
-        reward_mean = jax.vmap(lambda p, f: intrinsic_rewards(self.model, p, f).mean())(
-            fitted, q["features"]
-        )
+        reward_mean = (flat.mean(-1) - fitted.shift) * fitted.scale * fitted.weight
         after = self._eval_fn(fitted, new, q["features"], q["dense"])
         held_out = self._eval_fn(fitted, q["eval"], q["features"], q["dense"])
         jax.block_until_ready(fitted)

@@ -7,6 +7,7 @@
     python experiments/dpm_figures.py mixer                     # Fig. 8c: DPM on VDN / QPLEX
     python experiments/dpm_figures.py subset --maps 8m          # Fig. 8d: 4 of 8 allies described
     python experiments/dpm_figures.py zero                      # the intrinsic reward's zero point
+    python experiments/dpm_figures.py budget                    # 2M env steps, six DPM seeds
 
 Every curve is one ``run.py`` run (2 seeds vmapped by default) in ``runs/dpm/<figure>/<map>/``;
 a finished run is reused (delete its folder to rerun). Results: ``experiments/results/dpm/``
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "experiments" / "results" / "dpm"
-FIGURES = ("main", "types", "selection", "rounds", "mixer", "subset", "zero")
+FIGURES = ("main", "types", "selection", "rounds", "mixer", "subset", "zero", "budget")
 WIN_TARGETS = (0.5, 0.9)  # "steps to" columns: a midway mark and the paper's target
 
 
@@ -79,6 +80,16 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             ("DPM, zero at the round's quiet steps, seeds 2-3", "dpm_smax_3m", [*quiet, "seed=2"]),
             ("DPM, zero at the round's mean, seeds 4-5", "dpm_smax_3m", [*env, "seed=4"]),
             ("DPM, zero at the round's quiet steps, seeds 4-5", "dpm_smax_3m", [*quiet, "seed=4"]),
+        ]
+    if figure == "budget":  # PyMARL's SMAC budget (t_max 2,050,000): 2M env steps
+        two_m = [*env, "algo.total_timesteps=2000000"]
+        quiet = [*two_m, "shaping.kwargs.center_neutral=true"]
+        return [
+            ("DPM, zero at quiet steps, seeds 0-1", "dpm_smax_3m", quiet),
+            ("DPM, zero at quiet steps, seeds 2-3", "dpm_smax_3m", [*quiet, "seed=2"]),
+            ("DPM, zero at quiet steps, seeds 4-5", "dpm_smax_3m", [*quiet, "seed=4"]),
+            ("QMIX strong sparse", "qmix_smax_3m_strong_sparse", two_m),
+            ("QMIX dense", "qmix_smax_3m_dense", two_m),
         ]
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 
@@ -170,16 +181,17 @@ def run_figure(
     figure: str, maps: list[str], overrides: list[str], quiet: bool, only: str | None = None
 ) -> list[dict]:
     from jaxmarl_llm.plotting import plot_runs
-    from jaxmarl_llm.runner import run_into
+    from jaxmarl_llm.runner import finished_summary, run_into
 
     rows = []
     for smax_map in maps:
         dirs = {}
         for label, config, extra in _variants(figure, smax_map):
             out = ROOT / "runs" / "dpm" / figure / smax_map / _slug(label)
-            if only and only.lower() not in label.lower() and not (out / "summary.json").exists():
-                continue  # --only: run just the matching variants, report the finished ones
             common = ["compare_with=[]", f"progress={not quiet}", *extra, *overrides]
+            if only and only.lower() not in label.lower():
+                if finished_summary(config, common, out) is None:
+                    continue  # --only: run just the matching variants, report the finished ones
             note = f"[{figure}/{smax_map}] {label}: {config} {' '.join(extra)}"
             summary = run_into(config, common, out, note)
             dirs[label] = out

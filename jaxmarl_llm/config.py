@@ -148,6 +148,10 @@ class QLearningConfig:
     eps_start: float = 1.0
     eps_finish: float = 0.05
     eps_decay: float = 0.1  # fraction of total_timesteps over which epsilon anneals
+    # the budget eps_decay is a fraction of; None: total_timesteps. Set by extending a
+    # finished run (resume=RUN_DIR algo.total_timesteps=MORE), so that the run keeps the
+    # epsilon schedule it started with
+    schedule_timesteps: int | None = None
     target_update_interval: int = 10  # updates between hard target copies (tau = 1)
     tau: float = 1.0
     hidden_dim: int = 64

@@ -77,6 +77,9 @@ def check_resume_config(saved: DictConfig, requested: DictConfig) -> None:
             if key.split(".")[0] in RESUMABLE_OVERRIDES or key == "out_dir":
                 continue
             xv, yv = x.get(k), y.get(k)
+            # a larger budget extends the run (extend_budget), which sets schedule_timesteps
+            if key == "algo.total_timesteps" or (key == "algo.schedule_timesteps" and yv is None):
+                continue
             if isinstance(xv, dict) and isinstance(yv, dict):
                 walk(xv, yv, key + ".")
             elif xv != yv:
@@ -86,6 +89,50 @@ def check_resume_config(saved: DictConfig, requested: DictConfig) -> None:
                 )
 
     walk(a, b)
+
+
+# Algo keys that anneal the learning rate to 0 at the run's budget: an extended run would
+# go on at rate 0, so such a run is not extended.
+BUDGET_ANNEALED_LR = ("lr_linear_decay", "anneal_lr")
+
+
+def extend_budget(saved: DictConfig, total: int) -> DictConfig:
+    """``saved`` (a run's config) with its budget raised to ``total`` env steps, keeping
+    the schedules the run has followed: epsilon still anneals over its share of the old
+    budget (``algo.schedule_timesteps``), so the extended run is the run a fresh start
+    with the returned config would make. A ConfigError where that cannot be."""
+    old = int(saved.algo.total_timesteps)
+    if total < old:
+        raise ConfigError(
+            f"resume: algo.total_timesteps={total} is less than the {old} of the run being "
+            "resumed; a run can be extended, not shortened"
+        )
+    if total == old:
+        return saved
+    for key in BUDGET_ANNEALED_LR:
+        if saved.algo.get(key):
+            raise ConfigError(
+                f"resume: cannot extend the run from {old} to {total} env steps: its "
+                f"algo.{key} anneals the learning rate to 0 at {old}; start a new run with "
+                f"algo.total_timesteps={total}"
+            )
+    cfg = saved.copy()
+    cfg.algo.total_timesteps = total
+    if "schedule_timesteps" in cfg.algo and cfg.algo.schedule_timesteps is None:
+        cfg.algo.schedule_timesteps = old
+    return cfg
+
+
+def chunk_lengths(done: int, total: int, chunk: int) -> list[int]:
+    """The updates of each chunk from ``done`` to ``total``: chunks end on multiples of
+    ``chunk`` (the last one at ``total``), so a resumed or extended run logs, evaluates
+    and checkpoints at the update counts a fresh run does."""
+    lengths = []
+    while done < total:
+        n = min(chunk - done % chunk, total - done)
+        lengths.append(n)
+        done += n
+    return lengths
 
 
 def _leaf_specs(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]:
@@ -281,10 +328,14 @@ def run_experiment(
     ``on_chunk(updates_done, state, rows)`` is called after each chunk is logged and
     checkpointed (tests use it to interrupt a run).
     """
+    extended_from = None  # the old budget, where a resume extends the run
     if cfg.resume:
         run_dir = Path(cfg.resume)
         saved = load_run_config(run_dir)
         check_resume_config(saved, cfg)
+        if int(cfg.algo.total_timesteps) != int(saved.algo.total_timesteps):
+            extended_from = int(saved.algo.total_timesteps)
+            saved = extend_budget(saved, int(cfg.algo.total_timesteps))
         for k in RESUMABLE_OVERRIDES:
             if k != "resume":
                 saved[k] = cfg[k]
@@ -332,12 +383,13 @@ def run_experiment(
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
         state = restore_checkpoint(mgr, latest, abstract, run_dir)
         done_updates = int(latest)
+        if extended_from is not None:
+            (run_dir / "config.yaml").write_text(to_yaml(cfg))
     writer = MetricsWriter(run_dir / "metrics.csv", done_updates if cfg.resume else None)
 
-    # Compile every chunk length the loop will use (a full one and the remainder) up
-    # front, so the timed loop measures training only.
-    remaining = max(total_updates - done_updates, 0)
-    for n in {min(chunk, remaining), remaining % chunk} - {0}:
+    # Compile every chunk length the loop will use up front, so the timed loop measures
+    # training only.
+    for n in set(chunk_lengths(done_updates, total_updates, chunk)):
         chunk_fns[n] = chunk_fn(n).lower(state).compile()
     if evaluate is not None:
         evaluate = evaluate.lower(state, _eval_keys(cfg, 0)).compile()
@@ -350,12 +402,18 @@ def run_experiment(
     feedback_s = 0.0
     run_steps = 0
     wall0 = time.perf_counter()
-    chunks_done = 0
     last_return = float("nan")
     eval_s = 0.0
+    if extended_from is not None and done_updates == extended_from // steps_per_update:
+        # a round due at the old budget's last update was skipped as the run ended there
+        round_index = due_round(feedback, done_updates, total_updates)
+        if round_index is not None:
+            t1 = time.perf_counter()
+            state = _feedback_round(cfg, feedback, collect, state, round_index, run_dir)
+            feedback_s += time.perf_counter() - t1
     try:
         while done_updates < total_updates:
-            n = min(chunk, total_updates - done_updates)
+            n = min(chunk - done_updates % chunk, total_updates - done_updates)
             t0 = time.perf_counter()
             state, metrics = chunk_fn(n)(state)
             metrics = jax.device_get(metrics)
@@ -367,7 +425,6 @@ def run_experiment(
                 metrics, done_updates, steps_per_update, time.perf_counter() - wall0, sps
             )
             done_updates += n
-            chunks_done += 1
             writer.write(rows)
             logger.log(rows)
             returns = [r["episode_return"] for r in rows if not _isnan(r.get("episode_return"))]
@@ -377,7 +434,7 @@ def run_experiment(
             if "win_rate" in rows[-1] and not _isnan(rows[-1]["win_rate"]):
                 postfix["win"] = f"{rows[-1]['win_rate']:.2f}"
             if evaluate is not None and (
-                chunks_done % cfg.eval.every == 0 or done_updates >= total_updates
+                done_updates % (chunk * cfg.eval.every) == 0 or done_updates >= total_updates
             ):
                 t1 = time.perf_counter()
                 row = eval_row(
@@ -399,7 +456,7 @@ def run_experiment(
             after_chunk = getattr(feedback, "after_chunk", None)
             if after_chunk is not None:
                 state = state.replace(shaper_params=after_chunk(done_updates, state.shaper_params))
-            if chunks_done % cfg.checkpoint_every == 0 or done_updates >= total_updates:
+            if done_updates % (chunk * cfg.checkpoint_every) == 0 or done_updates >= total_updates:
                 mgr.save(done_updates, args=ocp.args.StandardSave(state))
                 mgr.wait_until_finished()
             if on_chunk is not None:
@@ -543,14 +600,29 @@ def _feedback_round(cfg, feedback, collect, state, round_index: int, run_dir: Pa
     return state
 
 
+def finished_summary(config: str, overrides: list[str], out: Path) -> dict | None:
+    """The summary of the run in ``out`` if it finished ``config`` with ``overrides``'
+    budget (or a larger one), else None."""
+    from jaxmarl_llm.config import load_config
+
+    out = Path(out)
+    if not (out / "summary.json").exists():
+        return None
+    wanted = load_config(config, overrides).algo.total_timesteps
+    if wanted > load_run_config(out).algo.total_timesteps:
+        return None
+    return json.loads((out / "summary.json").read_text())
+
+
 def run_into(config: str, overrides: list[str], out: Path, note: str | None = None) -> dict:
     """Run ``config`` (a name or YAML path) with ``overrides`` into ``out`` and return its
     summary: a finished run there is reused, a killed one resumed, else it starts."""
     from jaxmarl_llm.config import load_config
 
     out = Path(out)
-    if (out / "summary.json").exists():
-        return json.loads((out / "summary.json").read_text())
+    if (summary := finished_summary(config, overrides, out)) is not None:
+        return summary
+    # a finished run with a smaller budget than asked for is extended (resume) below
     ckpt = out / "checkpoints"
     where = f"resume={out}" if ckpt.exists() and any(ckpt.iterdir()) else f"out_dir={out}"
     if note:

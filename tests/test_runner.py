@@ -6,6 +6,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from jaxmarl_llm.config import ConfigError, build_config
 from jaxmarl_llm.runner import run_experiment
@@ -115,6 +116,57 @@ def test_resume_matches_uninterrupted_run(tmp_path, algo):
     evals_res = list(csv.DictReader((killed_dir / "eval.csv").open()))
     assert [r["update"] for r in evals_res] == ["2", "4", "6"]
     assert evals_full == evals_res
+
+
+def test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget(tmp_path):
+    """``resume=RUN_DIR algo.total_timesteps=MORE`` continues a finished run; epsilon keeps
+    the schedule of the first budget, and chunks, evaluations and checkpoints fall on the
+    update counts of a fresh run (the first budget, 5 updates, ends mid-chunk)."""
+    every_chunk = ["eval.every=1", "eval.episodes=4", "eval.max_steps=30", "algo.eps_decay=0.5"]
+    fresh = run_experiment(
+        tiny_cfg(
+            tmp_path / "fresh", "qmix", *every_chunk,
+            "algo.total_timesteps=320", "algo.schedule_timesteps=160",
+        )
+    )  # fmt: skip
+    short = run_experiment(
+        tiny_cfg(tmp_path / "short", "qmix", *every_chunk, "algo.total_timesteps=160")
+    )
+    assert short.summary["env_steps"] == 160
+    extended = run_experiment(
+        tiny_cfg(
+            tmp_path / "other", "qmix", *every_chunk,
+            "algo.total_timesteps=320", f"resume={short.run_dir}",
+        )
+    )  # fmt: skip
+    assert extended.run_dir == short.run_dir and extended.summary["env_steps"] == 320
+    for a, b in zip(_leaves(fresh.state), _leaves(extended.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    rows_fresh = list(csv.DictReader((fresh.run_dir / "metrics.csv").open()))
+    rows_ext = list(csv.DictReader((short.run_dir / "metrics.csv").open()))
+    assert [r["update"] for r in rows_ext] == [str(u) for u in range(1, 11)]
+    for key in ("episode_return", "epsilon", "loss"):
+        assert [r[key] for r in rows_fresh] == [r[key] for r in rows_ext], key
+    evals_fresh = list(csv.DictReader((fresh.run_dir / "eval.csv").open()))
+    evals_ext = list(csv.DictReader((short.run_dir / "eval.csv").open()))
+    assert [r["update"] for r in evals_ext] == ["2", "4", "5", "6", "8", "10"]
+    assert [r for r in evals_ext if r["update"] != "5"] == evals_fresh
+    saved = build_config(OmegaConf.load(short.run_dir / "config.yaml"))
+    assert saved.algo.total_timesteps == 320 and saved.algo.schedule_timesteps == 160
+
+
+def test_a_run_is_not_shortened_nor_extended_past_an_annealed_learning_rate(tmp_path):
+    qmix = run_experiment(tiny_cfg(tmp_path / "qmix", "qmix"))
+    with pytest.raises(ConfigError, match="extended, not shortened"):
+        run_experiment(
+            tiny_cfg(tmp_path, "qmix", "algo.total_timesteps=96", f"resume={qmix.run_dir}")
+        )
+    ippo = run_experiment(tiny_cfg(tmp_path / "ippo", "ippo"))  # anneal_lr is on
+    with pytest.raises(ConfigError, match="algo.anneal_lr anneals the learning rate"):
+        run_experiment(
+            tiny_cfg(tmp_path, "ippo", "algo.total_timesteps=768", f"resume={ippo.run_dir}")
+        )
+    assert build_config(OmegaConf.load(ippo.run_dir / "config.yaml")).algo.total_timesteps == 384
 
 
 def test_resume_refuses_changed_config(tmp_path):

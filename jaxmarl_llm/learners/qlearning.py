@@ -118,9 +118,11 @@ def _name(x) -> str:
 
 def epsilon_schedule(cfg) -> Callable[[jax.Array], jax.Array]:
     """``env_steps -> epsilon``: linear from ``eps_start`` to ``eps_finish`` over
-    ``eps_decay * total_timesteps`` env steps, then constant."""
+    ``eps_decay * total_timesteps`` env steps (``schedule_timesteps`` in place of the
+    total where set), then constant."""
     start, finish = float(cfg.eps_start), float(cfg.eps_finish)
-    span = max(float(cfg.eps_decay) * float(cfg.total_timesteps), 1.0)
+    budget = getattr(cfg, "schedule_timesteps", None) or cfg.total_timesteps
+    span = max(float(cfg.eps_decay) * float(budget), 1.0)
 
     def epsilon(env_steps):
         frac = jnp.clip(jnp.asarray(env_steps, jnp.float32) / span, 0.0, 1.0)
@@ -188,6 +190,9 @@ def _check_config(cfg) -> None:
         bad("eps_start", (cfg.eps_start, cfg.eps_finish), "need 0 <= eps_finish <= eps_start <= 1")
     if not 0.0 <= cfg.eps_decay <= 1.0:
         bad("eps_decay", cfg.eps_decay, "must be in [0, 1] (a fraction of total_timesteps)")
+    schedule = getattr(cfg, "schedule_timesteps", None)
+    if schedule is not None and not 0 < schedule <= cfg.total_timesteps:
+        bad("schedule_timesteps", schedule, "must be null or in (0, total_timesteps]")
 
 
 class QLearning:

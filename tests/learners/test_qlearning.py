@@ -1,6 +1,8 @@
 """QMIX / VDN / QPLEX: a game only a monotonic (or richer) mixer solves, masks, shaping
 at sample time, no retracing, config checks."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -215,6 +217,13 @@ def test_epsilon_schedule():
     eps = epsilon_schedule(cfg)
     np.testing.assert_allclose(
         [float(eps(t)) for t in (0, 250, 500, 750, 10_000)], [1.0, 0.55, 0.1, 0.1, 0.1], rtol=1e-6
+    )
+    # an extended run keeps the schedule of the budget it started with
+    extended = epsilon_schedule(
+        dataclasses.replace(cfg, total_timesteps=4000, schedule_timesteps=1000)
+    )
+    np.testing.assert_allclose(
+        [float(extended(t)) for t in (0, 250, 500, 3000)], [1.0, 0.55, 0.1, 0.1], rtol=1e-6
     )
 
 

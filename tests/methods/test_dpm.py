@@ -180,6 +180,32 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
         assert r["intrinsic_per_agent_step_std"] > 0  # the refit ensemble, not scale 0
 
 
+def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(tmp_path):
+    """6 updates with rounds every 2: the round due at update 6 is skipped as the run ends
+    there; extending the run to 10 updates holds it first, as a fresh 10-update run does."""
+    fresh = run_experiment(
+        _tiny(
+            tmp_path / "fresh", "algo.total_timesteps=640", "algo.schedule_timesteps=384", rounds=3
+        )
+    )
+    short = run_experiment(_tiny(tmp_path / "short", rounds=3))
+    assert sorted(json.loads((short.run_dir / "feedback.json").read_text())) == ["0", "1"]
+    extended = run_experiment(
+        _tiny(tmp_path / "other", "algo.total_timesteps=640", f"resume={short.run_dir}", rounds=3)
+    )
+    rounds = json.loads((extended.run_dir / "feedback.json").read_text())
+    assert sorted(rounds) == ["0", "1", "2"]
+
+    def untimed(x):
+        if isinstance(x, dict):
+            return {k: untimed(v) for k, v in x.items() if "seconds" not in k}
+        return x
+
+    assert untimed(rounds) == untimed(json.loads((fresh.run_dir / "feedback.json").read_text()))
+    for a, b in zip(jax.tree.leaves(fresh.state), jax.tree.leaves(extended.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
     aenv, _ = smax
     cfg = DPMConfig(rounds=3, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)

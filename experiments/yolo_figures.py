@@ -86,18 +86,21 @@ def run_figure(
     from omegaconf import OmegaConf
 
     from jaxmarl_llm.config import load_config
-    from jaxmarl_llm.runner import run_comparisons, run_into
+    from jaxmarl_llm.runner import finished_summary, run_comparisons, run_into
 
     rows = []
     for config in FIGURES[figure]:
         out = ROOT / "runs" / "yolo" / config
-        base_out = out / "compare" / Path(load_config(config).compare_with[0]).stem
-        finished = (out / "summary.json").exists() and (base_out / "summary.json").exists()
+        common = [f"progress={not quiet}", *overrides]
+        cfg = load_config(config, common)
+        base_out = out / "compare" / Path(cfg.compare_with[0]).stem
+        budget = [f"algo.total_timesteps={cfg.algo.total_timesteps}"]  # as run_comparisons
+        finished = finished_summary(config, common, out) is not None and (
+            finished_summary(cfg.compare_with[0], budget, base_out) is not None
+        )
         if only and only not in config and not finished:
             continue  # --only: run just the matching pairs, report the finished ones
-        summary = run_into(
-            config, [f"progress={not quiet}", *overrides], out, f"[{figure}] {config}"
-        )
+        summary = run_into(config, common, out, f"[{figure}] {config}")
         cfg = OmegaConf.load(out / "config.yaml")
         run_comparisons(cfg, out)  # the baseline too, if a kill stopped the run before it
         metric = "win_rate" if figure == "smax" else "episode_return"

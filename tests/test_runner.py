@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from jaxmarl_llm.config import ConfigError, build_config
-from jaxmarl_llm.runner import run_experiment
+from jaxmarl_llm.config import ConfigError, build_config, to_yaml
+from jaxmarl_llm.runner import finished_summary, run_experiment
 
 TINY = {
     "ippo": [
@@ -129,10 +129,14 @@ def test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget(tmp_p
             "algo.total_timesteps=320", "algo.schedule_timesteps=160",
         )
     )  # fmt: skip
-    short = run_experiment(
-        tiny_cfg(tmp_path / "short", "qmix", *every_chunk, "algo.total_timesteps=160")
-    )
+    short_cfg = tiny_cfg(tmp_path / "short", "qmix", *every_chunk, "algo.total_timesteps=160")
+    short = run_experiment(short_cfg.copy())
     assert short.summary["env_steps"] == 160
+    # the figure scripts reuse a finished run only where it has the budget asked for
+    config = tmp_path / "short.yaml"
+    config.write_text(to_yaml(short_cfg))
+    assert finished_summary(str(config), [], short.run_dir)["env_steps"] == 160
+    assert finished_summary(str(config), ["algo.total_timesteps=320"], short.run_dir) is None
     extended = run_experiment(
         tiny_cfg(
             tmp_path / "other", "qmix", *every_chunk,

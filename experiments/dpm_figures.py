@@ -81,7 +81,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             ("DPM, zero at the round's mean, seeds 4-5", "dpm_smax_3m", [*env, "seed=4"]),
             ("DPM, zero at the round's quiet steps, seeds 4-5", "dpm_smax_3m", [*quiet, "seed=4"]),
         ]
-    if figure == "budget":  # PyMARL's SMAC budget (t_max 2,050,000): 2M env steps
+    if figure == "budget":  # 2M env steps; PyMARL's SMAC config trains 10M (t_max 10,050,000)
         two_m = [*env, "algo.total_timesteps=2000000"]
         quiet = [*two_m, "shaping.kwargs.center_neutral=true"]
         return [

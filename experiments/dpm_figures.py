@@ -84,12 +84,16 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
     if figure == "budget":  # 2M env steps; PyMARL's SMAC config trains 10M (t_max 10,050,000)
         two_m = [*env, "algo.total_timesteps=2000000"]
         quiet = [*two_m, "shaping.kwargs.center_neutral=true"]
+        as_dpm = [*two_m, "algo.schedule_timesteps=1000000"]
         return [
             ("DPM, zero at quiet steps, seeds 0-1", "dpm_smax_3m", quiet),
             ("DPM, zero at quiet steps, seeds 2-3", "dpm_smax_3m", [*quiet, "seed=2"]),
             ("DPM, zero at quiet steps, seeds 4-5", "dpm_smax_3m", [*quiet, "seed=4"]),
+            # the DPM runs were extended from 1M: epsilon anneals over 100k env steps
+            ("QMIX strong sparse, DPM's epsilon schedule", "qmix_smax_3m_strong_sparse", as_dpm),
+            ("QMIX dense, DPM's epsilon schedule", "qmix_smax_3m_dense", as_dpm),
+            # the config's own schedule at 2M: epsilon anneals over 200k env steps
             ("QMIX strong sparse", "qmix_smax_3m_strong_sparse", two_m),
-            ("QMIX dense", "qmix_smax_3m_dense", two_m),
         ]
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -85,10 +85,15 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
         two_m = [*env, "algo.total_timesteps=2000000"]
         quiet = [*two_m, "shaping.kwargs.center_neutral=true"]
         as_dpm = [*two_m, "algo.schedule_timesteps=1000000"]
+        faded = [*quiet, "algo.schedule_timesteps=1000000", "shaping.kwargs.fade_updates=200"]
         return [
             ("DPM, zero at quiet steps, seeds 0-1", "dpm_smax_3m", quiet),
             ("DPM, zero at quiet steps, seeds 2-3", "dpm_smax_3m", [*quiet, "seed=2"]),
             ("DPM, zero at quiet steps, seeds 4-5", "dpm_smax_3m", [*quiet, "seed=4"]),
+            # the intrinsic reward fades out over 200 updates after the last round (0 from
+            # 410k env steps): QMIX then learns from the strong sparse reward alone
+            ("DPM, quiet zero, faded out, seeds 0-1", "dpm_smax_3m", faded),
+            ("DPM, quiet zero, faded out, seeds 2-3", "dpm_smax_3m", [*faded, "seed=2"]),
             # the DPM runs were extended from 1M: epsilon anneals over 100k env steps
             ("QMIX strong sparse, DPM's epsilon schedule", "qmix_smax_3m_strong_sparse", as_dpm),
             ("QMIX dense, DPM's epsilon schedule", "qmix_smax_3m_dense", as_dpm),

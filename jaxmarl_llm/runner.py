@@ -385,6 +385,9 @@ def run_experiment(
         done_updates = int(latest)
         if extended_from is not None:
             (run_dir / "config.yaml").write_text(to_yaml(cfg))
+            # the run is unfinished again: a kill from here on must not leave the shorter
+            # run's summary to be taken for this one's
+            (run_dir / "summary.json").unlink(missing_ok=True)
     writer = MetricsWriter(run_dir / "metrics.csv", done_updates if cfg.resume else None)
 
     # Compile every chunk length the loop will use up front, so the timed loop measures

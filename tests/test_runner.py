@@ -137,13 +137,21 @@ def test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget(tmp_p
     config.write_text(to_yaml(short_cfg))
     assert finished_summary(str(config), [], short.run_dir)["env_steps"] == 160
     assert finished_summary(str(config), ["algo.total_timesteps=320"], short.run_dir) is None
-    extended = run_experiment(
-        tiny_cfg(
-            tmp_path / "other", "qmix", *every_chunk,
-            "algo.total_timesteps=320", f"resume={short.run_dir}",
+    longer = ["algo.total_timesteps=320", f"resume={short.run_dir}"]
+
+    def kill_at_update_8(updates_done, state, rows):
+        if updates_done == 8:
+            raise Killed
+
+    with pytest.raises(Killed):  # a kill while extending leaves an unfinished run
+        run_experiment(
+            tiny_cfg(tmp_path / "other", "qmix", *every_chunk, *longer), on_chunk=kill_at_update_8
         )
-    )  # fmt: skip
+    assert not (short.run_dir / "summary.json").exists()
+    assert finished_summary(str(config), ["algo.total_timesteps=320"], short.run_dir) is None
+    extended = run_experiment(tiny_cfg(tmp_path / "other", "qmix", *every_chunk, *longer))
     assert extended.run_dir == short.run_dir and extended.summary["env_steps"] == 320
+    assert finished_summary(str(config), ["algo.total_timesteps=320"], short.run_dir)
     for a, b in zip(_leaves(fresh.state), _leaves(extended.state), strict=True):
         np.testing.assert_array_equal(a, b)
     rows_fresh = list(csv.DictReader((fresh.run_dir / "metrics.csv").open()))

@@ -414,6 +414,11 @@ def run_experiment(
             t1 = time.perf_counter()
             state = _feedback_round(cfg, feedback, collect, state, round_index, run_dir)
             feedback_s += time.perf_counter() - t1
+            # the checkpoint there predates the round: replace it, so that a kill before
+            # the next one resumes with the round held
+            mgr.delete(done_updates)
+            mgr.save(done_updates, args=ocp.args.StandardSave(state))
+            mgr.wait_until_finished()
     try:
         while done_updates < total_updates:
             n = min(chunk - done_updates % chunk, total_updates - done_updates)

@@ -94,6 +94,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             # 410k env steps): QMIX then learns from the strong sparse reward alone
             ("DPM, quiet zero, faded out, seeds 0-1", "dpm_smax_3m", faded),
             ("DPM, quiet zero, faded out, seeds 2-3", "dpm_smax_3m", [*faded, "seed=2"]),
+            ("DPM, quiet zero, faded out, seeds 4-5", "dpm_smax_3m", [*faded, "seed=4"]),
             # the DPM runs were extended from 1M: epsilon anneals over 100k env steps
             ("QMIX strong sparse, DPM's epsilon schedule", "qmix_smax_3m_strong_sparse", as_dpm),
             ("QMIX dense, DPM's epsilon schedule", "qmix_smax_3m_dense", as_dpm),

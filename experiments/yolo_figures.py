@@ -92,11 +92,12 @@ def run_figure(
     for config in FIGURES[figure]:
         out = ROOT / "runs" / "yolo" / config
         common = [f"progress={not quiet}", *overrides]
-        cfg = load_config(config, common)
-        base_out = out / "compare" / Path(cfg.compare_with[0]).stem
-        budget = [f"algo.total_timesteps={cfg.algo.total_timesteps}"]  # as run_comparisons
+        requested = load_config(config, common)
+        baseline_config = requested.compare_with[0]
+        base_out = out / "compare" / Path(baseline_config).stem
+        budget = [f"algo.total_timesteps={requested.algo.total_timesteps}"]  # as run_comparisons
         finished = finished_summary(config, common, out) is not None and (
-            finished_summary(cfg.compare_with[0], budget, base_out) is not None
+            finished_summary(baseline_config, budget, base_out) is not None
         )
         if only and only not in config and not finished:
             continue  # --only: run just the matching pairs, report the finished ones
@@ -108,8 +109,8 @@ def run_figure(
         marks = [m for m in MARKS if m <= total * 1.001] or [total]
         if total not in marks and figure != "lbf":
             marks.append(total)
-        (baseline,) = cfg.compare_with
-        runs = {"YOLO-MARL": out, "baseline": out / "compare" / Path(baseline).stem}
+        # the config's baseline: a pair run side by side saved compare_with=[] in the run
+        runs = {"YOLO-MARL": out, "baseline": base_out}
         kwargs = cfg.shaping.kwargs
         for label, run_dir in runs.items():
             rows.append(
@@ -118,7 +119,7 @@ def run_figure(
                     "env": cfg.env.name,
                     "algo": cfg.algo.name,
                     "variant": label,
-                    "config": config if label == "YOLO-MARL" else Path(baseline).stem,
+                    "config": config if label == "YOLO-MARL" else Path(baseline_config).stem,
                     "bonus": f"r'={kwargs.reward}, p'={kwargs.penalty}"
                     if label != "baseline"
                     else "",

@@ -122,8 +122,10 @@ class PPOConfig:
     # Agent-rows per gradient chunk: each minibatch's gradient is accumulated over
     # chunks of about this size: the same gradient, but activations stay in cache (a
     # 98k-row forward+backward of the 64-64 actor-critic: 143 -> 73 ms on a 2-core CPU).
-    # 0 = the whole minibatch at once.
-    grad_chunk_rows: int = 8192
+    # 0 = the whole minibatch at once. null = by backend: 8192 on CPU, 0 on GPU/TPU,
+    # where chunking serializes the step (IPPO on MPE at 65,536 envs on an H200:
+    # 5.0M env steps/s chunked vs 28.5M whole).
+    grad_chunk_rows: int | None = None
 
 
 @dataclass
@@ -363,10 +365,10 @@ def _check(cfg: DictConfig) -> None:
         _positive(cfg, "algo.lr")
     if cfg.algo.name in ("ippo", "mappo"):
         _positive(cfg, "algo.update_epochs", "algo.num_minibatches")
-        if a.grad_chunk_rows < 0:
+        if a.grad_chunk_rows is not None and a.grad_chunk_rows < 0:
             raise ConfigError(
                 f"bad value for config key 'algo.grad_chunk_rows': {a.grad_chunk_rows} "
-                "(need >= 0; 0 = no chunking)"
+                "(need >= 0; 0 = no chunking, null = by backend)"
             )
         units = a.num_envs if a.recurrent else a.num_envs * a.num_steps
         if units % a.num_minibatches:

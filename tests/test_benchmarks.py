@@ -25,3 +25,29 @@ def test_json_line_has_throughput_fields(script, argv, capfd):
     for key in ("env_steps_per_s", "compile_s", "run_s", "final_return", "env_steps"):
         assert key in printed, key
     assert printed["env_steps_per_s"] > 0 and printed["run_s"] > 0
+
+
+def test_gpu_suite_keeps_what_finished_and_names_what_failed(tmp_path, monkeypatch, capsys):
+    suite = _load("gpu_suite")
+    (tmp_path / "ok.py").write_text(
+        "import json, sys\nprint('a note on stdout')\n"
+        "print(json.dumps({'env_steps_per_s': 5.0, 'argv': sys.argv[1:]}))\n"
+    )
+    (tmp_path / "bad.py").write_text("raise SystemExit('no such env: mpe:nope')\n")
+    (tmp_path / "slow.py").write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(suite, "HERE", tmp_path)
+    monkeypatch.setattr(suite, "SUITE", [
+        ("ok", "ok.py", ["--num-envs", "1000"], 30),
+        ("bad", "bad.py", [], 30),
+        ("slow", "slow.py", [], 2),
+        ("skipped", "ok.py", [], 30),
+    ])  # fmt: skip
+    out = tmp_path / "r.jsonl"
+    # 31 s: "skipped" needs 30 s and "slow" spends 2 s before it
+    suite.main(["--out", str(out), "--scale", "0.5", "--budget", "31"])
+    rows = {r["item"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["ok"]["env_steps_per_s"] == 5.0
+    assert rows["ok"]["argv"] == ["--num-envs", "500", "--json"]  # scaled
+    assert rows["bad"]["rc"] == 1 and "no such env: mpe:nope" in rows["bad"]["stderr_tail"]
+    assert rows["slow"]["rc"] == "timeout"
+    assert "skipped" not in rows and "skip skipped" in capsys.readouterr().out

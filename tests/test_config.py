@@ -39,6 +39,7 @@ def test_overrides_apply_and_floats_become_ints():
         (["nope=1"], ["'nope'", "top level"]),
         (["algo.num_envs=-2"], ["algo.num_envs", "> 0"]),
         (["algo.num_minibatches=3"], ["algo.num_minibatches", "does not divide"]),
+        (["algo.grad_chunk_rows=-1"], ["algo.grad_chunk_rows", "null = by backend"]),
         (["algo.num_envs=many"], ["algo.num_envs"]),
         (["shaping.name=magic"], ["shaping.name", "identity"]),
         (["shaping.mode=multiply"], ["shaping.mode", "add, replace"]),

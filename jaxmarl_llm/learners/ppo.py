@@ -79,6 +79,17 @@ def num_grad_chunks(units: int, rows_per_unit: int, chunk_rows: int) -> int:
     return min(divisors, key=lambda d: (abs(math.log(d / target)), d))
 
 
+CPU_GRAD_CHUNK_ROWS = 8192
+
+
+def grad_chunk_rows(configured: int | None, backend: str | None = None) -> int:
+    """``algo.grad_chunk_rows``, with ``None`` resolved by backend: chunks that fit a CPU's
+    cache there, the whole minibatch on an accelerator (chunks would run one by one)."""
+    if configured is not None:
+        return int(configured)
+    return CPU_GRAD_CHUNK_ROWS if (backend or jax.default_backend()) == "cpu" else 0
+
+
 def _check_config(cfg) -> None:
     if cfg.name not in ("ippo", "mappo"):
         raise ValueError(f"ppo learner got algo.name={cfg.name!r}; valid: ippo, mappo")
@@ -103,7 +114,9 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
     num_updates = int(cfg.total_timesteps) // (T * E)
     batch_units = E if cfg.recurrent else T * E
     mb_units = batch_units // cfg.num_minibatches
-    grad_chunks = num_grad_chunks(mb_units, n * (T if cfg.recurrent else 1), cfg.grad_chunk_rows)
+    grad_chunks = num_grad_chunks(
+        mb_units, n * (T if cfg.recurrent else 1), grad_chunk_rows(cfg.grad_chunk_rows)
+    )
     hidden = tuple(cfg.hidden_sizes)
     activation = str(getattr(cfg.activation, "value", cfg.activation))
     sharing = str(getattr(cfg.param_sharing, "value", cfg.param_sharing))

@@ -118,6 +118,16 @@ def test_num_grad_chunks_divides_and_targets_chunk_size(chunks):
     assert 30 % ppo.num_grad_chunks(30, 1, 4) == 0  # never a ragged chunk
 
 
+def test_grad_chunk_rows_default_follows_the_backend():
+    """Unset, chunks fit a CPU's cache; an accelerator takes the whole minibatch at once."""
+    assert PPOConfig().grad_chunk_rows is None
+    assert ppo.grad_chunk_rows(None, "cpu") == ppo.CPU_GRAD_CHUNK_ROWS
+    assert ppo.grad_chunk_rows(None, "gpu") == 0
+    assert ppo.grad_chunk_rows(None, "tpu") == 0
+    assert ppo.grad_chunk_rows(24, "gpu") == 24  # a configured value wins everywhere
+    assert ppo.grad_chunk_rows(0, "cpu") == 0
+
+
 @pytest.mark.parametrize(
     "kw",
     [{}, {"name": "mappo", "recurrent": True, "gru_hidden_dim": 16, "num_minibatches": 2}],

@@ -1,0 +1,130 @@
+"""Run the throughput benchmarks one after another under one wall-clock budget.
+
+Made for a short lease of an accelerator: each benchmark runs in its own process with
+its own time limit (a hang or a crash costs that item only), items are run in the
+order given, and an item is skipped when less time is left than its limit. Every JSON
+line the benchmarks print is appended to ``--out`` as it arrives, so what finished is
+kept even if the whole command is killed.
+
+    python benchmarks/gpu_suite.py --budget 480 --out results.jsonl
+    python benchmarks/gpu_suite.py --scale 0.01 --budget 300   # a quick CPU dry run
+
+``--scale`` multiplies every ``--num-envs`` (at least 8), to check the suite on a
+small machine before spending accelerator time on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# (name, script, arguments, time limit in seconds); num_envs are the accelerator sizes.
+# fmt: off
+SUITE: list[tuple[str, str, list[str], int]] = [
+    ("ippo_spread3_65536", "train_throughput.py",
+     ["--algo", "ippo", "--env", "mpe:simple_spread_3", "--num-envs", "65536",
+      "--updates", "3", "--repeats", "2", "algo.grad_chunk_rows=0"], 150),
+    ("anchor_ippo_spread3_65536", "jaxmarl_ippo_anchor.py",
+     ["--num-envs", "65536", "--updates", "3", "--repeats", "2"], 150),
+    ("env_step_65536", "env_throughput.py",
+     ["--envs", "mpe:simple_spread_3", "smax:3m", "lbf:8x8-2p-2f-coop",
+      "--num-envs", "65536", "--steps", "200", "--repeats", "2"], 120),
+    ("mappo_smax3m_8192", "train_throughput.py",
+     ["--algo", "mappo", "--env", "smax:3m", "--num-envs", "8192",
+      "--updates", "3", "--repeats", "2", "algo.grad_chunk_rows=0"], 150),
+    ("yolo_overhead_mappo_lbf_8192", "shaping_overhead.py",
+     ["--env", "lbf:8x8-2p-2f-coop", "--algo", "mappo", "--shaper", "yolo",
+      "--num-envs", "8192", "--updates", "3", "--repeats", "2", "algo.grad_chunk_rows=0"], 180),
+    ("dpm_overhead_qmix_smax3m_512", "shaping_overhead.py",
+     ["--env", "smax:3m", "--algo", "qmix", "--shaper", "dpm", "--num-envs", "512",
+      "--updates", "10", "--repeats", "2", "env.kwargs.reward=strong_sparse",
+      "algo.learning_starts=1024", "algo.buffer_size=2000"], 240),
+    ("ippo_spread3_8192", "train_throughput.py",
+     ["--algo", "ippo", "--env", "mpe:simple_spread_3", "--num-envs", "8192",
+      "--updates", "3", "--repeats", "2", "algo.grad_chunk_rows=0"], 90),
+    ("anchor_ippo_spread3_8192", "jaxmarl_ippo_anchor.py",
+     ["--num-envs", "8192", "--updates", "3", "--repeats", "2"], 90),
+    # the CPU default: minibatch gradients accumulated over 8192-row chunks
+    ("ippo_spread3_65536_chunked", "train_throughput.py",
+     ["--algo", "ippo", "--env", "mpe:simple_spread_3", "--num-envs", "65536",
+      "--updates", "3", "--repeats", "2"], 150),
+]
+# fmt: on
+
+
+def scaled(args: list[str], scale: float) -> list[str]:
+    out = list(args)
+    if scale != 1.0 and "--num-envs" in out:
+        i = out.index("--num-envs") + 1
+        out[i] = str(max(8, int(int(out[i]) * scale)))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--budget", type=float, default=480.0, help="seconds for the whole suite")
+    p.add_argument("--out", type=Path, default=Path("gpu_suite.jsonl"))
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies every --num-envs")
+    p.add_argument("--only", nargs="*", default=None, help="names of the items to run")
+    args = p.parse_args(argv)
+
+    start = time.monotonic()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for name, script, script_args, limit in SUITE:
+        if args.only is not None and name not in args.only:
+            continue
+        left = args.budget - (time.monotonic() - start)
+        if left < min(limit, 60):
+            print(f"[suite] skip {name}: {left:.0f} s left", flush=True)
+            continue
+        cmd = [sys.executable, str(HERE / script), *scaled(script_args, args.scale), "--json"]
+        print(f"[suite] {name}: {' '.join(cmd[1:])}", flush=True)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=min(limit, left)
+            )
+            lines, rc, err = proc.stdout.splitlines(), proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            lines, rc, err = out.splitlines(), "timeout", ""
+        wall = time.monotonic() - t0
+        rows = []
+        for line in lines:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        with args.out.open("a") as f:
+            for row in rows:
+                f.write(json.dumps({"item": name, "wall_s": round(wall, 1), **row}) + "\n")
+            if not rows:
+                f.write(
+                    json.dumps(
+                        {
+                            "item": name,
+                            "wall_s": round(wall, 1),
+                            "rc": rc,
+                            "stderr_tail": err[-1500:],
+                        }
+                    )
+                    + "\n"
+                )
+        for row in rows:
+            print(f"[suite] {name} ({wall:.0f} s): {json.dumps(row)}", flush=True)
+        if not rows:
+            print(f"[suite] {name} failed ({rc}, {wall:.0f} s):\n{err[-1500:]}", flush=True)
+    print(f"[suite] done in {time.monotonic() - start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -51,3 +51,11 @@ def test_gpu_suite_keeps_what_finished_and_names_what_failed(tmp_path, monkeypat
     assert rows["bad"]["rc"] == 1 and "no such env: mpe:nope" in rows["bad"]["stderr_tail"]
     assert rows["slow"]["rc"] == "timeout"
     assert "skipped" not in rows and "skip skipped" in capsys.readouterr().out
+
+
+def test_dpm_scoring_reports_both_layouts_with_the_same_rewards(capfd):
+    out = _load("dpm_scoring").main(["--items", "2", "--steps", "4", "--repeats", "1", "--json"])
+    assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == pytest.approx(out)
+    assert out["max_reward_difference"] < 1e-5
+    assert out["ms_from_vectors"] > 0 and out["ms_from_env_states"] > 0
+    assert 0 < out["stored_bytes_per_step_vectors"] < out["stored_bytes_per_step_env_states"]

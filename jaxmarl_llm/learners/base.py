@@ -9,13 +9,16 @@ call and log, checkpoint and show progress between chunks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.shaping.base import ALL_FIELDS, TransitionBatch
+
+if TYPE_CHECKING:
+    from envs.array_env import ArrayEnv
 
 
 class Learner(NamedTuple):
@@ -40,11 +43,18 @@ class Learner(NamedTuple):
 
 
 def step_transitions(
-    obs: jax.Array, actions: jax.Array, env_state: Any, res: Any, fields=ALL_FIELDS
+    env: ArrayEnv,
+    obs: jax.Array,
+    actions: jax.Array,
+    env_state: Any,
+    res: Any,
+    fields=ALL_FIELDS,
 ) -> TransitionBatch:
-    """The ``TransitionBatch`` of one vectorized env step from ``env_state`` (an
-    ``ArrayEnvState``) with observations ``obs``; ``res`` is the env's ``StepResult``. Env
-    states are filled only when ``fields`` names them (a shaper's ``fields``)."""
+    """The ``TransitionBatch`` of one vectorized env step of ``env`` from ``env_state``
+    (an ``ArrayEnvState``) with observations ``obs``; ``res`` is the env's ``StepResult``.
+    Env states and world-state vectors are filled only when ``fields`` names them (a
+    shaper's ``fields``)."""
+    vec = jax.vmap(env.state_vector)
     return TransitionBatch(
         obs=obs,
         actions=actions,
@@ -53,17 +63,23 @@ def step_transitions(
         done=res.done,
         state=env_state.env_state if "state" in fields else None,
         next_state=res.terminal_env_state if "next_state" in fields else None,
+        world_state=vec(env_state.env_state, obs) if "world_state" in fields else None,
+        next_world_state=(
+            vec(res.terminal_env_state, res.terminal_obs) if "next_world_state" in fields else None
+        ),
     )
 
 
-def collect_steps(policy_step, state: Any, key: jax.Array, steps: int) -> TransitionBatch:
+def collect_steps(
+    env: ArrayEnv, policy_step, state: Any, key: jax.Array, steps: int
+) -> TransitionBatch:
     """``steps`` steps of ``policy_step(state, key) -> (next state, actions, result)``
     from ``state`` (an env-holding train state with ``obs`` and ``env_state``), every
     field filled, leaves ``[steps, E, ...]``; what ``Learner.collect`` returns."""
 
     def one(s, k):
         s_next, actions, res = policy_step(s, k)
-        return s_next, step_transitions(s.obs, actions, s.env_state, res)
+        return s_next, step_transitions(env, s.obs, actions, s.env_state, res)
 
     return jax.lax.scan(one, state, jax.random.split(key, steps))[1]
 

@@ -258,6 +258,8 @@ class MADDPG:
             done=items.done,
             state=items.state,
             next_state=items.next_state,
+            world_state=items.world_state,
+            next_world_state=items.next_world_state,
         )
         r = shaped_reward(self.shaper, shaper_params, batch)
         if self.team == "none":
@@ -380,7 +382,7 @@ class MADDPG:
             s_next, item, res = self._policy_step(s, *jax.random.split(k))
             return s_next, item.actions, res
 
-        return collect_steps(act, state, key, steps)
+        return collect_steps(self.env, act, state, key, steps)
 
     def update(self, state: MADDPGState) -> tuple[MADDPGState, dict]:
         state, (items, done, info) = jax.lax.scan(self._rollout_step, state, None, self.num_steps)

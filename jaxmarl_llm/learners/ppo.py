@@ -270,7 +270,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         s, rng = carry
         rng, r_act, r_env = jax.random.split(rng, 3)
         s_next, step, res = policy_step(s, r_act, r_env)
-        batch = step_transitions(s.obs, step.action, s.env_state, res, needs)
+        batch = step_transitions(env, s.obs, step.action, s.env_state, res, needs)
         step = step.replace(reward=shaped_reward(shaper, s.shaper_params, batch))
         return (s_next, rng), (step, res.done, res.info)
 
@@ -282,7 +282,7 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
             s_next, step, res = policy_step(s, *jax.random.split(k))
             return s_next, step.action, res
 
-        return collect_steps(act, s, key, steps)
+        return collect_steps(env, act, s, key, steps)
 
     def greedy_act(s: PPOState, carry, obs, avail, first):
         """The most likely legal action of every agent (the actor alone)."""

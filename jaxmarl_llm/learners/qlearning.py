@@ -12,8 +12,8 @@ its last step, so that step is trained on only when it ends an episode (see
 
 A buffer item holds obs ``[T, N, D]`` (float32), actions and env rewards ``[T, N]``,
 done ``[T]``, legal-action masks ``[T, N, A]`` and the mixer's world state ``[T, S]``,
-plus only those of ``next_obs``/``state``/``next_state`` that the shaper reads (about
-1.2 KB per env step on SMAX 3m, 1.15 GiB per million stored steps).
+plus only those of ``next_obs``/``state``/``next_state``/``next_world_state`` that the
+shaper reads (about 1.2 KB per env step on SMAX 3m, 1.15 GiB per million stored steps).
 
 Metrics per update: the episode metrics of the rollout (``episode_metrics``), then
 ``epsilon`` (at the start of the rollout), and the means over the update's gradient
@@ -80,9 +80,10 @@ class RecurrentQNetwork(nn.Module):
 class Transition:
     """One buffer item: ``num_steps`` consecutive steps of one env, leaves ``[T, ...]``.
 
-    ``next_obs``, ``state`` and ``next_state`` are stored only when the shaper reads
-    them (``None`` otherwise); ``state``/``next_state`` are the jaxmarl env states
-    before the step and after it (pre-reset).
+    ``next_obs``, ``state``, ``next_state`` and ``next_world_state`` are stored only
+    when the shaper reads them (``None`` otherwise); ``state``/``next_state`` are the
+    jaxmarl env states before the step and after it (pre-reset), ``next_world_state``
+    the latter's state vector.
     """
 
     obs: jax.Array  # [T, N, D]
@@ -94,6 +95,7 @@ class Transition:
     next_obs: jax.Array | None = None  # [T, N, D]
     state: Any = None
     next_state: Any = None
+    next_world_state: jax.Array | None = None  # [T, S]
 
 
 class QLearningState(struct.PyTreeNode):
@@ -141,6 +143,8 @@ def training_rewards(shaper: Shaper, shaper_params: Any, items: Transition, how:
         done=items.done,
         state=items.state,
         next_state=items.next_state,
+        world_state=items.world_state,
+        next_world_state=items.next_world_state,
     )
     return team_reward(shaped_reward(shaper, shaper_params, batch), how)
 
@@ -302,6 +306,11 @@ class QLearning:
             next_obs=obs_zeros if "next_obs" in self.needs else None,
             state=state_zeros if "state" in self.needs else None,
             next_state=state_zeros if "next_state" in self.needs else None,
+            next_world_state=(
+                jnp.zeros((T, env.world_state_dim), jnp.float32)
+                if "next_world_state" in self.needs
+                else None
+            ),
         )
 
     def buffer_nbytes(self) -> int:
@@ -410,6 +419,11 @@ class QLearning:
             next_obs=res.terminal_obs if "next_obs" in self.needs else None,
             state=state.env_state.env_state if "state" in self.needs else None,
             next_state=res.terminal_env_state if "next_state" in self.needs else None,
+            next_world_state=(
+                jax.vmap(self.env.state_vector)(res.terminal_env_state, res.terminal_obs)
+                if "next_world_state" in self.needs
+                else None
+            ),
         )
         state = state.replace(
             env_state=res.state,
@@ -435,7 +449,7 @@ class QLearning:
             s_next, item, res = self._policy_step(s, *jax.random.split(k), eps)
             return s_next, item.actions, res
 
-        return collect_steps(act, state, key, steps)
+        return collect_steps(self.env, act, state, key, steps)
 
     def update(self, state: QLearningState) -> tuple[QLearningState, dict]:
         eps = self.epsilon(state.env_steps)

@@ -42,9 +42,17 @@ class TransitionBatch:
     done: jax.Array  # [...] bool, episode ended at this step
     state: Any = None  # env state pytree, leaves [..., ...]
     next_state: Any = None  # true next env state (pre-reset)
+    # [..., S] float32: the centralized state of ``state`` and of ``next_state`` as one
+    # vector (``ArrayEnv.state_vector``). A reward model of the state reads these: one
+    # small array per step to store and sample, and computed once per collected step
+    # instead of at every sample of it.
+    world_state: jax.Array | None = None
+    next_world_state: jax.Array | None = None
 
 
-ALL_FIELDS = ("obs", "actions", "next_obs", "state", "next_state")
+ALL_FIELDS = (
+    "obs", "actions", "next_obs", "state", "next_state", "world_state", "next_world_state"
+)  # fmt: skip
 
 
 @struct.dataclass

@@ -269,37 +269,35 @@ def test_reward_model_encodes_the_state_once_per_step_with_the_same_rewards(smax
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-def test_smax_replay_items_skip_next_observations_with_the_same_rewards(smax, jit):
-    # SMAX's world state is read off the env state, so the reward needs no next obs; the
-    # buffer drops them (3.9 of 9.1 GiB per seed on 8m) and the rewards must not change
+@pytest.mark.parametrize("env_name", ["smax:3m", "mpe:simple_spread_3"])
+def test_replay_items_hold_state_vectors_and_score_as_env_states_do(env_name, jit):
+    # The reward reads the state vectors the learner computed when it collected the step;
+    # the replay buffer keeps neither env states nor next observations (on 8m those were
+    # most of the buffer), and the rewards equal those rebuilt from env states, also where
+    # the world state is built from observations (MPE)
     from jaxmarl_llm.learners.qlearning import QLearning
     from jaxmarl_llm.methods.dpm import dpm_shaper
-    from jaxmarl_llm.shaping.registry import build_shaper
 
-    aenv, _ = smax
+    aenv = envs.make_array_env(env_name)
     model = reward_model(aenv, DPMConfig())
     params = initial_params(model, aenv, jax.random.PRNGKey(0)).replace(scale=jnp.float32(1))
     shaper = dpm_shaper(aenv, model, params)
-    assert "next_obs" not in shaper.fields and {"state", "next_state"} <= set(shaper.fields)
-    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=5, envs_=2, seeds=1))
+    assert set(shaper.fields) == {"obs", "actions", "world_state", "next_world_state"}
+    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=40, envs_=2, seeds=1))
+    assert bool(batch.done.any())  # the next state of a last step is the terminal one
     apply = jax.jit(shaper.apply) if jit else shaper.apply
-    with_obs = np.asarray(apply(params, batch))
-    without = np.asarray(apply(params, batch.replace(next_obs=None)))
-    assert np.abs(with_obs).max() > 0
-    np.testing.assert_array_equal(without, with_obs)
+    from_vectors = np.asarray(
+        apply(params, batch.replace(state=None, next_state=None, next_obs=None))
+    )
+    from_states = np.asarray(apply(params, batch.replace(world_state=None, next_world_state=None)))
+    assert np.abs(from_vectors).max() > 0
+    np.testing.assert_allclose(from_vectors, from_states, rtol=1e-6, atol=1e-6)
 
     cfg = load_config("dpm_smax_3m", ["algo.buffer_size=64", "algo.batch_size=8"])
-    q = QLearning(cfg.algo, aenv, build_shaper(cfg.shaping, aenv))
+    q = QLearning(cfg.algo, aenv, shaper)
     item = q._item_spec()
-    assert item.next_obs is None and item.next_state is not None
-
-    # an env whose world state is its observations still stores and reads them
-    spread = envs.make_array_env("mpe:simple_spread_3")
-    assert spread.world_state_reads_obs and not aenv.world_state_reads_obs
-    assert "next_obs" in dpm_shaper(spread, reward_model(spread, DPMConfig()), None).fields
-    _, spread_state = spread.reset(jax.random.PRNGKey(0))
-    with pytest.raises(ValueError, match="needs obs"):
-        spread.state_vector(spread_state.env_state, None)
+    assert item.next_obs is None and item.state is None and item.next_state is None
+    assert item.next_world_state.shape == item.world_state.shape == (128, aenv.world_state_dim)
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -346,8 +344,9 @@ def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit)
 
 def _random_batch(aenv, steps, envs_, seeds, start=None):
     """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play, from
-    resets or from the env state ``start`` (e.g. units already in range)."""
-    from jaxmarl_llm.shaping import TransitionBatch
+    resets or from the env state ``start`` (e.g. units already in range); every field
+    filled, as ``Learner.collect`` fills them."""
+    from jaxmarl_llm.learners.base import step_transitions
 
     def play(key):
         _, state = jax.vmap(aenv.reset)(jax.random.split(key, envs_))
@@ -362,15 +361,7 @@ def _random_batch(aenv, steps, envs_, seeds, start=None):
             actions = jax.vmap(aenv.random_actions)(jax.random.split(k_act, envs_), avail)
             obs = jax.vmap(lambda s: aenv.stack_obs(aenv.env.get_obs(s.env_state)))(state)
             res = jax.vmap(aenv.step)(jax.random.split(k_env, envs_), state, actions)
-            return res.state, TransitionBatch(
-                obs=obs,
-                actions=actions,
-                next_obs=res.terminal_obs,
-                reward=res.reward,
-                done=res.done,
-                state=state.env_state,
-                next_state=res.terminal_env_state,
-            )
+            return res.state, step_transitions(aenv, obs, actions, state, res)
 
         return jax.lax.scan(step, state, jax.random.split(key, steps))[1]
 

@@ -56,6 +56,23 @@ def initial_params(model: RewardModel, env: ArrayEnv, key: jax.Array) -> DPMPara
     return DPMParams(model.init(key, feature_dim), scale=zero, shift=zero)
 
 
+def vector_features(
+    env: ArrayEnv,
+    world_state: jax.Array,
+    obs: jax.Array,
+    actions: jax.Array,
+    next_world_state: jax.Array,
+) -> jax.Array:
+    """Per-agent inputs ``[..., N, 2S + D + A]`` from state vectors ``[..., S]`` (the
+    state before and after each step), observations ``[..., N, D]`` and actions ``[..., N]``."""
+    lead, n = actions.shape[:-1], actions.shape[-1]
+    bcast = lambda x: jnp.broadcast_to(x[..., None, :], (*lead, n, x.shape[-1]))
+    one_hot = jax.nn.one_hot(actions, env.num_actions, dtype=jnp.float32)
+    return jnp.concatenate(
+        [bcast(world_state), bcast(next_world_state), obs.astype(jnp.float32), one_hot], -1
+    )
+
+
 def agent_features(
     env: ArrayEnv,
     state: Any,
@@ -64,22 +81,24 @@ def agent_features(
     next_state: Any,
     next_obs: jax.Array | None,
 ) -> jax.Array:
-    """Per-agent inputs ``[..., N, 2S + D + A]`` of transitions with leading shape
-    ``actions.shape[:-1]`` (env states with the same leading axes). ``next_obs`` may be
-    ``None`` where the env's world state does not read observations (SMAX)."""
+    """``vector_features`` of transitions given as env states, leaves with leading shape
+    ``actions.shape[:-1]``. ``next_obs`` may be ``None`` where the env's world state does
+    not read observations (SMAX)."""
     lead = actions.shape[:-1]
     flat = lambda x: x.reshape((-1, *x.shape[len(lead) :]))
     vec = jax.vmap(env.state_vector)
     # tree.map passes a None next_obs through, and vmap maps over its (no) leaves
     world = lambda st, o: vec(jax.tree.map(flat, st), jax.tree.map(flat, o)).reshape((*lead, -1))
-    s, s_next = world(state, obs), world(next_state, next_obs)
-    n = actions.shape[-1]
-    bcast = lambda x: jnp.broadcast_to(x[..., None, :], (*lead, n, x.shape[-1]))
-    one_hot = jax.nn.one_hot(actions, env.num_actions, dtype=jnp.float32)
-    return jnp.concatenate([bcast(s), bcast(s_next), obs.astype(jnp.float32), one_hot], -1)
+    return vector_features(env, world(state, obs), obs, actions, world(next_state, next_obs))
 
 
 def batch_features(env: ArrayEnv, batch: TransitionBatch) -> jax.Array:
+    """Features of a batch: from its state vectors where it has them (what the learners
+    store for the shaper), else from its env states."""
+    if batch.world_state is not None and batch.next_world_state is not None:
+        return vector_features(
+            env, batch.world_state, batch.obs, batch.actions, batch.next_world_state
+        )
     return agent_features(
         env, batch.state, batch.obs, batch.actions, batch.next_state, batch.next_obs
     )
@@ -92,11 +111,13 @@ def intrinsic_rewards(model: RewardModel, params: DPMParams, features: jax.Array
 
 
 def dpm_fields(env: ArrayEnv) -> tuple[str, ...]:
-    """The transition fields the reward reads. Next observations only where the world
-    state is built from them: on SMAX they would double the replay buffer (3.9 of 9.1 GiB
-    per seed on 8m at 5,000 items) for nothing."""
-    fields = ("obs", "actions", "state", "next_state")
-    return (*fields, "next_obs") if env.world_state_reads_obs else fields
+    """The transition fields the reward reads: the state vectors, not the env states.
+    The learners compute them once per collected step (QMIX and MADDPG store the state
+    vector for their mixer or critic anyway), so a sampled batch is scored without
+    rebuilding them from env states, and the replay buffer holds two ``[S]`` vectors per
+    step instead of two env states (and, where the world state is built from
+    observations, the next observations)."""
+    return ("obs", "actions", "world_state", "next_world_state")
 
 
 def dpm_shaper(

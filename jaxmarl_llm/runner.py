@@ -135,9 +135,9 @@ def chunk_lengths(done: int, total: int, chunk: int) -> list[int]:
     return lengths
 
 
-def _leaf_specs(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]:
-    """``{path: (shape, dtype)}`` of a tree's array leaves, paths as plain names so that a
-    checkpoint's metadata (nested dicts) and the train state (dataclasses) compare."""
+def _path_names(path) -> tuple[str, ...]:
+    """A pytree path as plain names, so that a checkpoint's metadata (nested dicts) and
+    the train state (dataclasses) compare."""
 
     def name(entry) -> str:
         for attr in ("key", "name", "idx"):
@@ -145,8 +145,13 @@ def _leaf_specs(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]
                 return str(getattr(entry, attr))
         return str(entry)
 
+    return tuple(name(e) for e in path)
+
+
+def _leaf_specs(tree: Any) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]]:
+    """``{path: (shape, dtype)}`` of a tree's array leaves."""
     return {
-        tuple(name(e) for e in path): (tuple(leaf.shape), str(leaf.dtype))
+        _path_names(path): (tuple(leaf.shape), str(leaf.dtype))
         for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
     }
 
@@ -174,7 +179,20 @@ def restore_checkpoint(mgr: ocp.CheckpointManager, step: int, abstract: Any, run
             "by another version of the code; load it with that version, or start a new run "
             "in another out_dir"
         )
-    return mgr.restore(step, args=ocp.args.StandardRestore(abstract))
+    # Read in the checkpoint's own tree structure, then place every array by its path: a
+    # field the code added since, empty (None) in this run, has no leaves and no entry
+    # in an older checkpoint, and orbax refuses a target whose structure differs.
+    meta = mgr.item_metadata(step)
+    meta = getattr(meta, "tree", meta)
+    wanted_leaves = {
+        _path_names(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]
+    }
+    target = jax.tree_util.tree_map_with_path(lambda p, _: wanted_leaves[_path_names(p)], meta)
+    restored = mgr.restore(step, args=ocp.args.StandardRestore(target))
+    got = {
+        _path_names(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(restored)[0]
+    }
+    return jax.tree_util.tree_map_with_path(lambda p, _: got[_path_names(p)], abstract)
 
 
 def _checkpoints(path: Path, **options) -> ocp.CheckpointManager:

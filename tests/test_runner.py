@@ -193,6 +193,45 @@ def test_existing_run_folder_is_not_overwritten(tmp_path):
         run_experiment(tiny_cfg(tmp_path))
 
 
+def test_a_checkpoint_restores_into_a_state_with_a_field_added_since_and_empty(tmp_path):
+    """A field the code added after the checkpoint was written, None in this run (a
+    replay buffer's ``next_world_state`` where the shaper does not read it), has no
+    arrays: the old checkpoint still restores, arrays placed by name."""
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    from flax import struct
+
+    from jaxmarl_llm.runner import _checkpoints, restore_checkpoint
+
+    @struct.dataclass
+    class OldBuffer:
+        obs: jax.Array
+        state: jax.Array | None = None
+
+    @struct.dataclass
+    class NewBuffer:
+        obs: jax.Array
+        state: jax.Array | None = None
+        next_world_state: jax.Array | None = None
+
+    @struct.dataclass
+    class State:
+        buffer: object
+        step: jax.Array
+
+    saved = State(OldBuffer(jnp.arange(6.0).reshape(2, 3)), jnp.array(7))
+    with _checkpoints(tmp_path / "ckpt", create=True) as mgr:
+        mgr.save(4, args=ocp.args.StandardSave(saved))
+    like = State(NewBuffer(jnp.zeros((2, 3))), jnp.array(0))
+    with _checkpoints(tmp_path / "ckpt") as mgr:
+        restored = restore_checkpoint(
+            mgr, 4, jax.tree.map(ocp.utils.to_shape_dtype_struct, like), tmp_path
+        )
+    assert isinstance(restored.buffer, NewBuffer) and restored.buffer.next_world_state is None
+    np.testing.assert_array_equal(restored.buffer.obs, saved.buffer.obs)
+    assert int(restored.step) == 7
+
+
 def test_a_checkpoint_of_another_code_version_is_refused_with_the_differing_arrays(tmp_path):
     """Resuming a checkpoint whose train state has other arrays (e.g. a replay buffer that
     stored next observations) names them instead of failing inside orbax."""

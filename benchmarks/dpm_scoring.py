@@ -37,7 +37,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
 
     import envs
-    from jaxmarl_llm.learners.base import step_transitions
+    from jaxmarl_llm.learners.base import random_play
     from jaxmarl_llm.methods.dpm import dpm_shaper
     from jaxmarl_llm.methods.dpm.config import DPMConfig
     from jaxmarl_llm.methods.dpm.reward import initial_params, reward_model
@@ -48,20 +48,8 @@ def main(argv=None) -> dict:
     shaper = dpm_shaper(env, model, params)
     n = args.items
 
-    def play(key):
-        _, state = jax.vmap(env.reset)(jax.random.split(key, n))
-
-        def step(state, k):
-            k_act, k_env = jax.random.split(k)
-            avail = jax.vmap(env.avail_actions)(state)
-            actions = jax.vmap(env.random_actions)(jax.random.split(k_act, n), avail)
-            obs = jax.vmap(lambda s: env.stack_obs(env.env.get_obs(s.env_state)))(state)
-            res = jax.vmap(env.step)(jax.random.split(k_env, n), state, actions)
-            return res.state, step_transitions(env, obs, actions, state, res)
-
-        return jax.lax.scan(step, state, jax.random.split(key, args.steps))[1]
-
-    batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), jax.jit(play)(jax.random.PRNGKey(1)))
+    play = jax.jit(lambda key: random_play(env, key, n, args.steps))
+    batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), play(jax.random.PRNGKey(1)))
     layouts = {
         "vectors": batch.replace(state=None, next_state=None, next_obs=None),
         "env_states": batch.replace(world_state=None, next_world_state=None),

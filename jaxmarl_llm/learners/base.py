@@ -84,6 +84,29 @@ def collect_steps(
     return jax.lax.scan(one, state, jax.random.split(key, steps))[1]
 
 
+def random_play(
+    env: ArrayEnv, key: jax.Array, num_envs: int, steps: int, start: Any = None
+) -> TransitionBatch:
+    """``steps`` steps of uniformly random legal actions in ``num_envs`` auto-resetting
+    envs, from resets or from the raw env state ``start`` (one state, copied to every
+    env); every field filled, leaves ``[steps, E, ...]``. Data for checking a reward model
+    or timing a shaper without a policy."""
+    _, state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
+    if start is not None:
+        copies = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)), start)
+        state = state.replace(env_state=copies)
+
+    def step(state, k):
+        k_act, k_env = jax.random.split(k)
+        avail = jax.vmap(env.avail_actions)(state)
+        actions = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
+        obs = jax.vmap(lambda s: env.stack_obs(env.env.get_obs(s.env_state)))(state)
+        res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
+        return res.state, step_transitions(env, obs, actions, state, res)
+
+    return jax.lax.scan(step, state, jax.random.split(key, steps))[1]
+
+
 def run_chunk(learner: Learner, state: Any, num_updates: int) -> tuple[Any, dict]:
     """``num_updates`` updates in one scan, metrics stacked: what the runner jits."""
     return jax.lax.scan(lambda s, _: learner.update(s), state, None, num_updates)

@@ -346,25 +346,9 @@ def _random_batch(aenv, steps, envs_, seeds, start=None):
     """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play, from
     resets or from the env state ``start`` (e.g. units already in range); every field
     filled, as ``Learner.collect`` fills them."""
-    from jaxmarl_llm.learners.base import step_transitions
+    from jaxmarl_llm.learners.base import random_play
 
-    def play(key):
-        _, state = jax.vmap(aenv.reset)(jax.random.split(key, envs_))
-        if start is not None:
-            state = state.replace(
-                env_state=jax.tree.map(lambda x: jnp.broadcast_to(x, (envs_, *x.shape)), start)
-            )
-
-        def step(state, k):
-            k_act, k_env = jax.random.split(k)
-            avail = jax.vmap(aenv.avail_actions)(state)
-            actions = jax.vmap(aenv.random_actions)(jax.random.split(k_act, envs_), avail)
-            obs = jax.vmap(lambda s: aenv.stack_obs(aenv.env.get_obs(s.env_state)))(state)
-            res = jax.vmap(aenv.step)(jax.random.split(k_env, envs_), state, actions)
-            return res.state, step_transitions(aenv, obs, actions, state, res)
-
-        return jax.lax.scan(step, state, jax.random.split(key, steps))[1]
-
+    play = lambda key: random_play(aenv, key, envs_, steps, start)
     return jax.jit(jax.vmap(play))(jax.random.split(jax.random.PRNGKey(3), seeds))
 
 

@@ -1,6 +1,6 @@
 """What DPM's intrinsic reward pays a trained policy, per seed.
 
-    python experiments/dpm_intrinsic_check.py RUN_DIR [--steps 256]
+    python experiments/dpm_intrinsic_check.py RUN_DIR [--steps 256] [--weight 1]
 
 Restores the run's latest checkpoint, plays each seed's epsilon-greedy policy from its own
 env states for ``--steps`` steps and prints, per seed, the intrinsic reward per agent-step
@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 
 
-def check(run_dir: Path, steps: int, seed: int) -> list[dict]:
+def check(run_dir: Path, steps: int, seed: int, weight: float | None = None) -> list[dict]:
     import jax
+    import jax.numpy as jnp
     import numpy as np
 
     from jaxmarl_llm.runner import load_trained
@@ -30,8 +31,14 @@ def check(run_dir: Path, steps: int, seed: int) -> list[dict]:
     shaper = build_shaper(run.cfg.shaping, run.env, context)
     keys = jax.random.split(jax.random.PRNGKey(seed), run.cfg.num_seeds)
     batch = jax.jit(jax.vmap(lambda s, k: run.learner.collect(s, k, steps)))(run.state, keys)
-    intrinsic = jax.jit(jax.vmap(shaper.apply))(run.state.shaper_params, batch)
+    params = run.state.shaper_params
+    if weight is not None:
+        params = params.replace(weight=jnp.full_like(params.weight, weight))
+    intrinsic = jax.jit(jax.vmap(shaper.apply))(params, batch)
     r, done, env_r = (np.asarray(x) for x in (intrinsic, batch.done, batch.reward))
+    spread = None
+    if run.cfg.shaping.name == "dpm":
+        spread = np.asarray(jax.jit(jax.vmap(lambda p, b: _member_std(run, p, b)))(params, batch))
     rows = []
     for s in range(r.shape[0]):
         ended = done[s].reshape(*done[s].shape[:2], -1)[..., 0]
@@ -48,7 +55,22 @@ def check(run_dir: Path, steps: int, seed: int) -> list[dict]:
                 "env_reward_per_episode": float(env_r[s].mean(-1).sum() / episodes),
             }
         )
+        if spread is not None:
+            rows[-1]["member_std_per_agent_step"] = float(spread[s].mean())
     return rows
+
+
+def _member_std(run, params, batch):
+    """The DPM members' std per agent-step ``[T, E, N]``, scaled as the reward is."""
+    import jax.numpy as jnp
+
+    from jaxmarl_llm.methods.dpm import dpm_config, reward_model
+    from jaxmarl_llm.methods.dpm.reward import batch_features
+
+    model = reward_model(run.env, dpm_config(run.cfg.shaping.kwargs))
+    feats = batch_features(run.env, batch)
+    members = model.apply_members(params.model, feats, jnp.arange(run.env.num_agents))
+    return members.std(0) * params.scale * params.weight
 
 
 def main(argv=None) -> int:
@@ -58,8 +80,9 @@ def main(argv=None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--steps", type=int, default=256, help="policy steps per env")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--weight", type=float, default=None, help="intrinsic weight to score with")
     args = p.parse_args(argv)
-    for row in check(args.run_dir, args.steps, args.seed):
+    for row in check(args.run_dir, args.steps, args.seed, args.weight):
         print(json.dumps(row))
     return 0
 

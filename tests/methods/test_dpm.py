@@ -137,6 +137,8 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.center_quantile=1.0", "shaping.kwargs.center_reward=false")
     with pytest.raises(ConfigError, match="center_neutral needs center_reward: true and no"):
         _tiny(tmp_path, "shaping.kwargs.center_neutral=true", "shaping.kwargs.center_quantile=0.5")
+    with pytest.raises(ConfigError, match="pessimism must be >= 0, got -1"):
+        _tiny(tmp_path, "shaping.kwargs.pessimism=-1")
     with pytest.raises(ValueError, match="needs 60 segments .* raise shaping.kwargs.collect_steps"):
         run_experiment(_tiny(tmp_path / "small", "shaping.kwargs.labels_per_round=60"))
     assert not (tmp_path / "small" / "checkpoints").exists()  # refused before training
@@ -361,6 +363,47 @@ def _round_inputs(aenv, cfg, seeds=2, start=None):
     params = initial_params(model, aenv, jax.random.PRNGKey(0))
     params = jax.tree.map(lambda x: jnp.stack([x] * seeds), params)
     return model, params, _random_batch(aenv, steps=8, envs_=4, seeds=seeds, start=start)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_pessimism_takes_the_members_std_off_their_mean_and_the_refit_centres_that(
+    tmp_path, smax, jit
+):
+    from omegaconf import OmegaConf
+
+    from jaxmarl_llm.methods.dpm.reward import ensemble_reward
+    from jaxmarl_llm.shaping.registry import ShaperContext, build_shaper
+
+    aenv, _ = smax
+    cfg = DPMConfig(**SMALL_ROUND, pessimism=2.0)
+    model, params, batch = _round_inputs(aenv, cfg)
+    one_seed = lambda tree: jax.tree.map(lambda x: x[0], tree)
+    feats = batch_features(aenv, one_seed(batch))
+    reward = jax.jit(ensemble_reward, static_argnums=(0, 3)) if jit else ensemble_reward
+    members = np.asarray(model.apply_members(one_seed(params).model, feats, jnp.arange(3)))
+    assert members.std(0).min() > 0  # the members differ from their initialisation
+    np.testing.assert_allclose(
+        reward(model, one_seed(params).model, feats, 2.0),
+        members.mean(0) - 2.0 * members.std(0),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        reward(model, one_seed(params).model, feats, 0.0),
+        model.apply_agents(one_seed(params).model, feats),
+        rtol=1e-6,
+    )
+    # the refit centres and scales the pessimistic reward on the round's transitions ...
+    fitted, _ = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
+    r = np.asarray(intrinsic_rewards(model, one_seed(fitted), feats, 2.0))
+    assert abs(r.mean()) < 1e-4 and r.std() == pytest.approx(cfg.reward_scale, rel=1e-3)
+    # ... and the shaper built from the config scores with it
+    kwargs = dict(SMALL_ROUND, pessimism=2.0)
+    shaping = OmegaConf.create({"name": "dpm", "kwargs": kwargs, "mode": "add", "coef": 1.0})
+    shaper = build_shaper(shaping, aenv, ShaperContext(run_dir=None, seed=0))
+    np.testing.assert_allclose(shaper.apply(one_seed(fitted), one_seed(batch)), r, rtol=1e-5)
+    plain = intrinsic_rewards(model, one_seed(fitted), feats)
+    assert not np.allclose(plain, r, atol=1e-4)
 
 
 def test_text_labels_through_the_scripted_backend_match_the_array_teacher(tmp_path, smax):

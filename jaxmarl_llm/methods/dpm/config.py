@@ -105,6 +105,13 @@ class DPMConfig:
     # reaches later; seeds that won 0.7-0.9 of their test episodes collapsed hundreds of
     # thousands of steps after the last round (experiments/RESULTS.md, DPM)
     fade_updates: int = 0
+    # the reward is the members' mean less pessimism x their std (0: the mean, as in the
+    # paper). The members agree where the labels constrain them and disagree on states no
+    # round saw; a policy that drifts there after the last round was paid for stalling
+    # (on 8m a stalled seed's states had 6x the members' std of a winning seed's). The
+    # refit centres and scales this pessimistic reward, so on the round's own transitions
+    # it is no cost on average.
+    pessimism: float = 0.0
 
     @staticmethod
     def check(cfg: DPMConfig) -> None:
@@ -154,6 +161,8 @@ class DPMConfig:
             )
         if cfg.enemy_damage_weight <= 0:
             raise ValueError(f"enemy_damage_weight must be > 0, got {cfg.enemy_damage_weight}")
+        if cfg.pessimism < 0:
+            raise ValueError(f"pessimism must be >= 0, got {cfg.pessimism}")
         if cfg.lr <= 0 or cfg.reward_scale < 0:
             raise ValueError("lr must be > 0 and reward_scale >= 0")
 

@@ -39,7 +39,7 @@ from envs.array_env import ArrayEnv
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.lm.teachers import PairLabels, TeacherNoise, agent_rankings, pair_preferences
 from jaxmarl_llm.methods.dpm.config import DPMConfig
-from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features
+from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features, ensemble_reward
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
 from jaxmarl_llm.shaping.base import TransitionBatch
 
@@ -389,7 +389,9 @@ class DPMFeedback:
         one, zero = jnp.ones((seeds,), jnp.float32), jnp.zeros((seeds,), jnp.float32)
         fitted = DPMParams(model_params, one, zero, weight=params.weight)
         # the fitted ensemble's raw outputs on the round's transitions [S, T, E, N]
-        raw = jax.vmap(lambda p, f: self.model.apply_agents(p.model, f))(fitted, q["features"])
+        raw = jax.vmap(lambda p, f: ensemble_reward(self.model, p.model, f, cfg.pessimism))(
+            fitted, q["features"]
+        )
         flat = raw.reshape(seeds, -1)
         if cfg.center_reward:  # 0 at the mean (or quantile) of the round's transitions
             at = cfg.center_quantile

@@ -1,7 +1,8 @@
 """DPM's per-agent intrinsic reward: an ensemble of reward nets over ``(s, s', o_i, a_i)``.
 
 ``r_hat_i = weight * scale * (mean_m f_m(s, s', o_i, onehot(a_i)) - shift)`` (appendix
-A.4: one linear encoder per input, a hidden layer, one output; the members' average;
+A.4: one linear encoder per input, a hidden layer, one output; the members' average,
+less ``DPMConfig.pessimism`` times their std where that is set;
 ``shift`` and ``scale`` are set after each refit, ``DPMConfig.center_reward``; ``weight``
 is 1 unless ``DPMConfig.fade_updates`` fades it out after the last round; with
 ``center_on_batch`` the shaper also subtracts the mean over the batch it scores). As a
@@ -104,9 +105,25 @@ def batch_features(env: ArrayEnv, batch: TransitionBatch) -> jax.Array:
     )
 
 
-def intrinsic_rewards(model: RewardModel, params: DPMParams, features: jax.Array) -> jax.Array:
-    """``[..., N]`` ensemble-mean rewards of per-agent features, scaled."""
-    raw = model.apply_agents(params.model, features)
+def ensemble_reward(
+    model: RewardModel, model_params: Any, features: jax.Array, pessimism: float = 0.0
+) -> jax.Array:
+    """``[..., N]`` raw rewards of per-agent features: the members' mean, less
+    ``pessimism`` times their std (a lower confidence bound: the members were fitted to
+    the same labels, so they agree where labels constrained them and drift apart on
+    states no round saw, which a policy can otherwise learn to seek)."""
+    if pessimism == 0.0:
+        return model.apply_agents(model_params, features)
+    agents = jnp.arange(features.shape[-2], dtype=jnp.int32)
+    members = model.apply_members(model_params, features, agents)
+    return members.mean(0) - pessimism * members.std(0)
+
+
+def intrinsic_rewards(
+    model: RewardModel, params: DPMParams, features: jax.Array, pessimism: float = 0.0
+) -> jax.Array:
+    """``[..., N]`` rewards of per-agent features, shifted and scaled."""
+    raw = ensemble_reward(model, params.model, features, pessimism)
     return (raw - params.shift) * (params.scale * params.weight)
 
 
@@ -128,9 +145,10 @@ def dpm_shaper(
     coef: float = 1.0,
     feedback: Any = None,
     center_on_batch: bool = False,
+    pessimism: float = 0.0,
 ) -> Shaper:
     def apply(p: DPMParams, batch: TransitionBatch) -> jax.Array:
-        r = intrinsic_rewards(model, p, batch_features(env, batch))
+        r = intrinsic_rewards(model, p, batch_features(env, batch), pessimism)
         return r - r.mean() if center_on_batch else r
 
     return Shaper(

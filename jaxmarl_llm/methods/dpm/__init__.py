@@ -31,9 +31,7 @@ def _build(kwargs, env, mode, coef, context):
     key = jax.random.fold_in(jax.random.PRNGKey(context.seed), 0xD93)
     params = initial_params(model, env, key)
     feedback = DPMFeedback(env, cfg, model, context.seed, context.artifact_dir("dpm"))
-    return dpm_shaper(
-        env, model, params, mode, coef, feedback, cfg.center_on_batch, cfg.pessimism
-    )
+    return dpm_shaper(env, model, params, mode, coef, feedback, cfg.center_on_batch, cfg.pessimism)
 
 
 register_shaper("dpm", _build, schema=DPMConfig)

@@ -8,6 +8,7 @@
     python experiments/dpm_figures.py subset --maps 8m          # Fig. 8d: 4 of 8 allies described
     python experiments/dpm_figures.py zero                      # the intrinsic reward's zero point
     python experiments/dpm_figures.py budget                    # 2M env steps, six DPM seeds
+    python experiments/dpm_figures.py pessimism --maps 8m 3m    # the members' std off the reward
 
 Every curve is one ``run.py`` run (2 seeds vmapped by default) in ``runs/dpm/<figure>/<map>/``;
 a finished run is reused (delete its folder to rerun). Results: ``experiments/results/dpm/``
@@ -26,7 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "experiments" / "results" / "dpm"
-FIGURES = ("main", "types", "selection", "rounds", "mixer", "subset", "zero", "budget")
+FIGURES = (
+    "main", "types", "selection", "rounds", "mixer", "subset", "zero", "budget", "pessimism"
+)  # fmt: skip
 WIN_TARGETS = (0.5, 0.9)  # "steps to" columns: a midway mark and the paper's target
 
 
@@ -100,6 +103,16 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             ("QMIX dense, DPM's epsilon schedule", "qmix_smax_3m_dense", as_dpm),
             # the config's own schedule at 2M: epsilon anneals over 200k env steps
             ("QMIX strong sparse", "qmix_smax_3m_strong_sparse", two_m),
+        ]
+    if figure == "pessimism":  # not in the paper: the members' std taken off their mean
+        quiet = [*env, "shaping.kwargs.center_neutral=true"]
+        if smax_map == "3m":  # where a 3m seed stalled: 1.5M-2M (budget figure, same runs)
+            quiet += ["algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
+        pess = [*quiet, "shaping.kwargs.pessimism=1.0"]
+        return [
+            (f"DPM, quiet zero{name}, seeds {s}-{s + 1}", "dpm_smax_3m", [*extra, f"seed={s}"])
+            for s in (0, 2)
+            for name, extra in (("", quiet), (", pessimism 1", pess))
         ]
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -30,6 +30,13 @@ def main(argv=None) -> dict:
     p.add_argument("--updates", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--shaped-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for the shaped run only (e.g. shaping.kwargs.pessimism=1); repeatable",
+    )
     p.add_argument("overrides", nargs="*", help="extra config overrides, key=value")
     args = p.parse_args(argv)
     from train_throughput import main as throughput
@@ -39,11 +46,14 @@ def main(argv=None) -> dict:
         "--updates", str(args.updates), "--repeats", str(args.repeats), "--json",
     ]  # fmt: skip
     base = throughput([*common, *args.overrides])
-    shaped = throughput([*common, f"shaping.name={args.shaper}", *args.overrides])
+    shaped = throughput(
+        [*common, f"shaping.name={args.shaper}", *args.overrides, *args.shaped_override]
+    )
     out = {
         "env": args.env,
         "algo": args.algo,
         "shaper": args.shaper,
+        "shaped_overrides": args.shaped_override,
         "num_envs": args.num_envs,
         "identity_steps_per_s": base["env_steps_per_s"],
         "shaped_steps_per_s": shaped["env_steps_per_s"],

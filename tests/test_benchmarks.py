@@ -59,3 +59,24 @@ def test_dpm_scoring_reports_both_layouts_with_the_same_rewards(capfd):
     assert out["max_reward_difference"] < 1e-5
     assert out["ms_from_vectors"] > 0 and out["ms_from_env_states"] > 0
     assert 0 < out["stored_bytes_per_step_vectors"] < out["stored_bytes_per_step_env_states"]
+
+
+def test_shaping_overhead_gives_shaped_overrides_to_the_shaped_run_only(monkeypatch):
+    import sys
+    import types
+
+    calls = []
+
+    def throughput(argv):
+        calls.append(argv)
+        return {"env_steps_per_s": 100.0 if len(calls) == 1 else 80.0, "device": "cpu"}
+
+    monkeypatch.setitem(sys.modules, "train_throughput", types.SimpleNamespace(main=throughput))
+    argv = ["--shaper", "dpm", "--shaped-override", "shaping.kwargs.pessimism=1", "--json"]
+    out = _load("shaping_overhead").main([*argv, "env.kwargs.reward=strong_sparse"])
+    plain, shaped = calls
+    assert "env.kwargs.reward=strong_sparse" in plain and "env.kwargs.reward=strong_sparse" in shaped
+    assert not any("pessimism" in a or a.startswith("shaping.") for a in plain)
+    assert "shaping.name=dpm" in shaped and shaped[-1] == "shaping.kwargs.pessimism=1"
+    assert out["overhead_fraction"] == pytest.approx(0.2)
+    assert out["shaped_overrides"] == ["shaping.kwargs.pessimism=1"]

@@ -75,7 +75,8 @@ def test_shaping_overhead_gives_shaped_overrides_to_the_shaped_run_only(monkeypa
     argv = ["--shaper", "dpm", "--shaped-override", "shaping.kwargs.pessimism=1", "--json"]
     out = _load("shaping_overhead").main([*argv, "env.kwargs.reward=strong_sparse"])
     plain, shaped = calls
-    assert "env.kwargs.reward=strong_sparse" in plain and "env.kwargs.reward=strong_sparse" in shaped
+    common = "env.kwargs.reward=strong_sparse"
+    assert common in plain and common in shaped
     assert not any("pessimism" in a or a.startswith("shaping.") for a in plain)
     assert "shaping.name=dpm" in shaped and shaped[-1] == "shaping.kwargs.pessimism=1"
     assert out["overhead_fraction"] == pytest.approx(0.2)

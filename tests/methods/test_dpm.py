@@ -180,6 +180,12 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
         assert r["updates"] == result.state.update_step[0]
         assert np.isfinite(r["intrinsic_per_agent_step_mean"]) and r["episodes_ended"] >= 0
         assert r["intrinsic_per_agent_step_std"] > 0  # the refit ensemble, not scale 0
+        assert r["member_std_per_agent_step"] > 0  # the members differ
+    # --weight 1 scores as if the reward (faded to 0.5 here) had not faded: twice as much
+    full = load_script("experiments/dpm_intrinsic_check.py").check(result.run_dir, 16, 0, 1.0)
+    for r, f in zip(rows, full, strict=True):
+        for key in ("intrinsic_per_agent_step_std", "member_std_per_agent_step"):
+            assert f[key] == pytest.approx(2 * r[key], rel=1e-4)
 
 
 def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(tmp_path):

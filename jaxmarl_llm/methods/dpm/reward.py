@@ -112,11 +112,10 @@ def ensemble_reward(
     ``pessimism`` times their std (a lower confidence bound: the members were fitted to
     the same labels, so they agree where labels constrained them and drift apart on
     states no round saw, which a policy can otherwise learn to seek)."""
-    if pessimism == 0.0:
-        return model.apply_agents(model_params, features)
     agents = jnp.arange(features.shape[-2], dtype=jnp.int32)
-    members = model.apply_members(model_params, features, agents)
-    return members.mean(0) - pessimism * members.std(0)
+    members = model.apply_members(model_params, features, agents)  # [M, ..., N]
+    mean = members.mean(0)  # what apply_agents computes
+    return mean - pessimism * members.std(0) if pessimism else mean
 
 
 def intrinsic_rewards(

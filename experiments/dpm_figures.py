@@ -109,11 +109,17 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
         if smax_map == "3m":  # where a 3m seed stalled: 1.5M-2M (budget figure, same runs)
             quiet += ["algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
         pess = [*quiet, "shaping.kwargs.pessimism=1.0"]
-        return [
+        rows = [
             (f"DPM, quiet zero{name}, seeds {s}-{s + 1}", "dpm_smax_3m", [*extra, f"seed={s}"])
-            for s in (0, 2)
+            for s in ((0, 2, 4) if smax_map == "3m" else (0, 2))
             for name, extra in (("", quiet), (", pessimism 1", pess))
         ]
+        if smax_map != "3m":  # against the 1M runs of seeds 0-1 extended to 2M (zero figure)
+            two_m = ["algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
+            rows.append(
+                ("DPM, quiet zero, pessimism 1, 2M, seeds 0-1", "dpm_smax_3m", [*pess, *two_m])
+            )
+        return rows
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 
 
@@ -218,12 +224,13 @@ def run_figure(
             note = f"[{figure}/{smax_map}] {label}: {config} {' '.join(extra)}"
             summary = run_into(config, common, out, note)
             dirs[label] = out
+            command = " ".join(["python experiments/run.py", config, *extra, *overrides])
             rows.append(
                 {
                     "figure": figure,
                     "map": smax_map,
                     "variant": label,
-                    "command": f"python experiments/run.py {config} {' '.join(extra)}".strip(),
+                    "command": command,
                     "win_rate_mean": summary.get("final_win_rate_mean"),
                     "win_rate_per_seed": summary.get("final_win_rate_per_seed"),
                     "steps_to": {str(t): _steps_to(out, t) for t in WIN_TARGETS},
@@ -243,20 +250,36 @@ def run_figure(
             for name in ("summary.json", "config.yaml", "curve.png", "feedback.json", "eval.csv"):
                 if (out / name).exists():
                     shutil.copy(out / name, dest / name)
+        every_run = len(dirs) == len(_variants(figure, smax_map))
+        # a figure with runs missing here (--only on a fresh checkout) gets its own file, so
+        # the committed figure with every curve is kept
+        plot = f"{figure}_{smax_map}" + ("" if every_run else f"_{_slug(only or 'partial')}")
         plot_runs(
-            dirs,
-            RESULTS / f"{figure}_{smax_map}.png",
-            title=f"DPM {figure}: smax:{smax_map}",
-            metric="win_rate",
+            dirs, RESULTS / f"{plot}.png", title=f"DPM {figure}: smax:{smax_map}", metric="win_rate"
         )
     previous = RESULTS / f"{figure}.json"
-    if previous.exists():  # keep the rows of maps not rerun this time
-        rows = [r for r in json.loads(previous.read_text()) if r["map"] not in maps] + rows
+    if previous.exists():
+        rows = merge_rows(json.loads(previous.read_text()), rows, figure)
     RESULTS.mkdir(parents=True, exist_ok=True)
     previous.write_text(json.dumps(rows, indent=2))
     (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
     print(markdown_table(rows))
     return rows
+
+
+def merge_rows(previous: list[dict], rows: list[dict], figure: str) -> list[dict]:
+    """This call's rows, plus the earlier rows of every variant it did not run (other maps,
+    or variants skipped by --only whose runs are not here), in the figure's order."""
+    fresh = {(r["map"], r["variant"]) for r in rows}
+    kept = [r for r in previous if (r["map"], r["variant"]) not in fresh]
+    merged = kept + rows
+    order = {}
+    for smax_map in dict.fromkeys(r["map"] for r in merged):
+        for label, _, _ in _variants(figure, smax_map):
+            order.setdefault((smax_map, label), len(order))
+    merged = [r for r in merged if (r["map"], r["variant"]) in order]  # dropped variants go
+    maps = list(dict.fromkeys(r["map"] for r in merged))
+    return sorted(merged, key=lambda r: (maps.index(r["map"]), order[(r["map"], r["variant"])]))
 
 
 def markdown_table(rows: list[dict]) -> str:

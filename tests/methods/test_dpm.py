@@ -541,6 +541,22 @@ def test_every_figure_variant_is_a_valid_config():
         figures._variants("fig9", "3m")
 
 
+def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():
+    """--only on a checkout without the earlier runs must not drop their committed rows."""
+    figures = _figures()
+    labels = [label for label, _, _ in figures._variants("pessimism", "3m")]
+    row = lambda smax_map, label, win: {"map": smax_map, "variant": label, "win": win}
+    previous = [row("8m", figures._variants("pessimism", "8m")[0][0], 0.7)]
+    previous += [row("3m", label, 0.5) for label in labels[:4]] + [row("3m", "renamed", 0.1)]
+    merged = figures.merge_rows(
+        previous, [row("3m", labels[5], 0.9), row("3m", labels[1], 0.8)], "pessimism"
+    )
+    assert [(r["map"], r["variant"]) for r in merged] == [
+        ("8m", previous[0]["variant"]), *[("3m", label) for label in (*labels[:4], labels[5])]
+    ]  # fmt: skip
+    assert [r["win"] for r in merged] == [0.7, 0.5, 0.8, 0.5, 0.5, 0.9]  # labels[1] rerun
+
+
 def test_queries_through_an_openai_compatible_endpoint_count_tokens(tmp_path, smax):
     """DPM's two prompts through the http backend (a local server whose model prefers
     trajectory 1 and ranks the agents 1 > 2 > 3): parsed into labels, tokens counted."""

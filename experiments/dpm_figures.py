@@ -114,11 +114,16 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             for s in ((0, 2, 4) if smax_map == "3m" else (0, 2))
             for name, extra in (("", quiet), (", pessimism 1", pess))
         ]
-        if smax_map != "3m":  # against the 1M runs of seeds 0-1 extended to 2M (zero figure)
-            two_m = ["algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
-            rows.append(
-                ("DPM, quiet zero, pessimism 1, 2M, seeds 0-1", "dpm_smax_3m", [*pess, *two_m])
-            )
+        if smax_map != "3m":  # seeds 0-1 against their 1M runs extended to 2M (zero figure)
+            two_m = [*pess, "algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
+            rows += [
+                (
+                    f"DPM, quiet zero, pessimism 1, 2M, seeds {s}-{s + 1}",
+                    "dpm_smax_3m",
+                    [*two_m, f"seed={s}"],
+                )
+                for s in (0, 2)
+            ]
         return rows
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -114,7 +114,16 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             for s in ((0, 2, 4) if smax_map == "3m" else (0, 2))
             for name, extra in (("", quiet), (", pessimism 1", pess))
         ]
-        if smax_map != "3m":  # seeds 0-1 against their 1M runs extended to 2M (zero figure)
+        if smax_map == "3m":  # how much pessimism: seed 1 is the one that stalled without
+            rows += [
+                (
+                    f"DPM, quiet zero, pessimism {b:g}, seeds 0-1",
+                    "dpm_smax_3m",
+                    [*quiet, f"shaping.kwargs.pessimism={b}", "seed=0"],
+                )
+                for b in (0.5, 2.0)
+            ]
+        else:  # seeds 0-1 against their 1M runs extended to 2M (zero figure)
             two_m = [*pess, "algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
             rows += [
                 (

@@ -133,6 +133,11 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 )
                 for s in (0, 2)
             ]
+            # seed 0 stalled for intrinsic reward from 1.05M with pessimism alone
+            faded = [*two_m, "shaping.kwargs.fade_updates=200", "seed=0"]
+            rows.append(
+                ("DPM, quiet zero, pessimism 1, faded out, 2M, seeds 0-1", "dpm_smax_3m", faded)
+            )
         return rows
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -280,17 +280,22 @@ def run_figure(
 
 def merge_rows(previous: list[dict], rows: list[dict], figure: str) -> list[dict]:
     """This call's rows, plus the earlier rows of every variant it did not run (other maps,
-    or variants skipped by --only whose runs are not here), in the figure's order."""
+    or variants skipped by --only whose runs are not here), in the figure's order. Rows of
+    variants the figure no longer lists (or does not list yet: another process running
+    older code) are kept, after the listed ones of their map."""
     fresh = {(r["map"], r["variant"]) for r in rows}
-    kept = [r for r in previous if (r["map"], r["variant"]) not in fresh]
-    merged = kept + rows
-    order = {}
-    for smax_map in dict.fromkeys(r["map"] for r in merged):
-        for label, _, _ in _variants(figure, smax_map):
-            order.setdefault((smax_map, label), len(order))
-    merged = [r for r in merged if (r["map"], r["variant"]) in order]  # dropped variants go
+    merged = [r for r in previous if (r["map"], r["variant"]) not in fresh] + rows
     maps = list(dict.fromkeys(r["map"] for r in merged))
-    return sorted(merged, key=lambda r: (maps.index(r["map"]), order[(r["map"], r["variant"])]))
+    order = {
+        (smax_map, label): i
+        for smax_map in maps
+        for i, (label, _, _) in enumerate(_variants(figure, smax_map))
+    }
+    unlisted = len(order)  # sorted() is stable: unlisted rows keep their earlier order
+    return sorted(
+        merged,
+        key=lambda r: (maps.index(r["map"]), order.get((r["map"], r["variant"]), unlisted)),
+    )
 
 
 def markdown_table(rows: list[dict]) -> str:

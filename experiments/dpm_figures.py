@@ -114,8 +114,8 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             for s in ((0, 2, 4) if smax_map == "3m" else (0, 2))
             for name, extra in (("", quiet), (", pessimism 1", pess))
         ]
-        if smax_map != "3m":  # seeds 0-1 against their 1M runs extended to 2M (zero figure)
-            pess += ["algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
+        if smax_map != "3m":  # seeds 0-1 against their 1M runs extended to 2M (budget figure)
+            pess = [*pess, "algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
             rows += [
                 (
                     f"DPM, quiet zero, pessimism 1, 2M, seeds {s}-{s + 1}",

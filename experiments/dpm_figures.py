@@ -125,11 +125,16 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 for s in (0, 2)
             ]
         # 8m seed 0 stalled for intrinsic reward from 1.05M with pessimism alone
-        faded = [*pess, "shaping.kwargs.fade_updates=200", "seed=0"]
+        faded = [*pess, "shaping.kwargs.fade_updates=200"]
         two_m = "" if smax_map == "3m" else " 2M,"
-        rows.append(
-            (f"DPM, quiet zero, pessimism 1, faded out,{two_m} seeds 0-1", "dpm_smax_3m", faded)
-        )
+        rows += [
+            (
+                f"DPM, quiet zero, pessimism 1, faded out,{two_m} seeds {s}-{s + 1}",
+                "dpm_smax_3m",
+                [*faded, f"seed={s}"],
+            )
+            for s in ((0,) if smax_map == "3m" else (0, 2))
+        ]
         return rows
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -231,7 +231,8 @@ def run_figure(
     rows = []
     for smax_map in maps:
         dirs = {}
-        for label, config, extra in _variants(figure, smax_map):
+        variants = _variants(figure, smax_map)
+        for label, config, extra in variants:
             out = ROOT / "runs" / "dpm" / figure / smax_map / _slug(label)
             common = ["compare_with=[]", f"progress={not quiet}", *extra, *overrides]
             if only and only.lower() not in label.lower():
@@ -266,7 +267,7 @@ def run_figure(
             for name in ("summary.json", "config.yaml", "curve.png", "feedback.json", "eval.csv"):
                 if (out / name).exists():
                     shutil.copy(out / name, dest / name)
-        every_run = len(dirs) == len(_variants(figure, smax_map))
+        every_run = len(dirs) == len(variants)
         # a figure with runs missing here (--only on a fresh checkout) gets its own file, so
         # the committed figure with every curve is kept
         plot = f"{figure}_{smax_map}" + ("" if every_run else f"_{_slug(only or 'partial')}")

@@ -4,7 +4,8 @@
   its majority (``> 0.5``: a, ``< 0.5``: b). Labels at exactly 0.5 (ties, or split
   votes) are *excluded* by default (``ties="exclude"``); with ``ties="half"`` each one
   counts as half correct whatever the model says. A model score tie (``s_a == s_b``)
-  on a decided label counts as half correct.
+  on a decided label counts as half correct. With no label counted the agreement is
+  undefined: NaN, not 0 (a team that never fights gives its teacher only ties).
 - :func:`pairwise_ranking_accuracy`: fraction of item pairs with different true values
   whose predicted order is right (the pairwise accuracy against a ground-truth value).
 - :func:`kendall_tau`: Kendall's tau-b (as ``scipy.stats.kendalltau``, ties included).
@@ -46,7 +47,8 @@ def preference_accuracy(
         counted = valid
         correct = jnp.where(decided, correct, 0.5)
     n = counted.sum(-1)
-    return jnp.where(counted, correct, 0.0).sum(-1) / jnp.maximum(n, 1)
+    total = jnp.where(counted, correct, 0.0).sum(-1)
+    return jnp.where(n > 0, total / jnp.maximum(n, 1), jnp.nan)
 
 
 def _pair_signs(x: jax.Array) -> jax.Array:

@@ -558,6 +558,53 @@ def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():
     assert [r["win"] for r in merged] == [0.7, 0.5, 0.8, 0.5, 0.5, 0.9, 0.1]  # labels[1] rerun
 
 
+def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
+    """A team that never fights gives its teacher only ties: there is no agreement to
+    report (a 0 read as 'the model disagrees with every label')."""
+    from jaxmarl_llm.preferences import AgentRankingDataset
+
+    aenv, _ = smax
+    cfg = DPMConfig(**SMALL_ROUND)
+    model, params, batch = _round_inputs(aenv, cfg, seeds=1)
+    one = jax.tree.map(lambda x: x[0], params)
+    feats = batch_features(aenv, jax.tree.map(lambda x: x[0], batch))
+    steps = feats.reshape(-1, *feats.shape[-2:])[:6]  # [C, N, D]
+    c, n = steps.shape[:2]
+    ranked = lambda label: AgentRankingDataset(
+        steps,
+        label,
+        jnp.broadcast_to(~jnp.eye(n, dtype=bool), (c, n, n)),
+        jnp.ones(c),
+        jnp.ones(c, bool),
+    )
+    fb = DPMFeedback(aenv, cfg, model, 0, None)
+    dense = jnp.arange(feats.size // feats.shape[-1] // n, dtype=jnp.float32)
+    ties = fb._evaluate(one, {"agent": ranked(jnp.full((c, n, n), 0.5))}, feats, dense)
+    assert np.isnan(ties["agent"])
+    first_best = jnp.broadcast_to(jnp.triu(jnp.ones((n, n)), 1), (c, n, n))  # 1 > 2 > 3
+    strict = fb._evaluate(one, {"agent": ranked(first_best)}, feats, dense)
+    assert 0.0 <= float(strict["agent"]) <= 1.0
+
+
+def test_feedback_summary_averages_the_seeds_whose_labels_were_not_all_ties(tmp_path):
+    figures = _figures()
+    last = {
+        "labels_total_per_seed": {"trajectory": 750, "agent": 750},
+        "pearson_dense": [float("nan"), 0.8],
+        "eval_trajectory_agreement": [float("nan"), 0.88],
+        "eval_agent_agreement": [0.5, 0.7],
+    }
+    (tmp_path / "feedback.json").write_text(json.dumps({"0": {}, "9": last}))
+    out = figures._feedback_summary(tmp_path)
+    assert out["rounds"] == 2 and out["heldout_trajectory_kind"] == "eval"
+    np.testing.assert_allclose(
+        [out["pearson_dense"], out["heldout_trajectory"], out["heldout_agent"]], [0.8, 0.88, 0.6]
+    )
+    last["eval_trajectory_agreement"] = [float("nan")] * 2
+    (tmp_path / "feedback.json").write_text(json.dumps({"9": last}))
+    assert np.isnan(figures._feedback_summary(tmp_path)["heldout_trajectory"])
+
+
 def test_queries_through_an_openai_compatible_endpoint_count_tokens(tmp_path, smax):
     """DPM's two prompts through the http backend (a local server whose model prefers
     trajectory 1 and ranks the agents 1 > 2 > 3): parsed into labels, tokens counted."""

@@ -128,6 +128,9 @@ class EvaluationTest(chex.TestCase):
         np.testing.assert_allclose(f(sa, sb, label, valid), 1.5 / 3, rtol=1e-6)
         # ties count half: (1 + 0 + 0.5 + 0.5) / 4
         np.testing.assert_allclose(f(sa, sb, label, valid, ties="half"), 2.0 / 4, rtol=1e-6)
+        # only ties (a team that never fights): no agreement to report, not 0
+        assert np.isnan(f(sa, sb, jnp.full(5, 0.5), valid))
+        assert np.isnan(f(sa, sb, label, jnp.zeros(5, bool), ties="half"))
 
     def test_pairwise_ranking_accuracy(self):
         true = jnp.array([0.0, 1.0, 2.0, 2.0])

@@ -219,7 +219,9 @@ class DPMFeedback:
             diff = r[:, :, None] - r[:, None, :]
             decided = d.pair_valid & (d.label != 0.5) & d.valid[:, None, None]
             right = jnp.where(diff == 0, 0.5, ((diff > 0) == (d.label > 0.5)).astype(jnp.float32))
-            out["agent"] = (right * decided).sum() / jnp.maximum(decided.sum(), 1)
+            count = decided.sum()
+            agree = (right * decided).sum() / jnp.maximum(count, 1)
+            out["agent"] = jnp.where(count > 0, agree, jnp.nan)  # only ties: undefined
         team = model.apply(params.model, feats, jnp.arange(n)).sum(-1).reshape(-1)
         out["pearson_dense"] = jnp.corrcoef(team, dense.reshape(-1))[0, 1]
         return out

@@ -159,7 +159,10 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
         assert 0 <= r["labels"]["agent"] <= 2 * 5
         assert all(np.isfinite(r["final_loss"])) and all(s > 0 for s in r["scale"])
         for kind in ("trajectory", "agent"):  # random held-out queries, after the refit
-            assert all(0.0 <= a <= 1.0 for a in r[f"eval_{kind}_agreement"])
+            # NaN: no decided label among them (random play may never fight)
+            assert all(np.isnan(a) or 0.0 <= a <= 1.0 for a in r[f"eval_{kind}_agreement"])
+        for a, c in zip(r["eval_agent_agreement"], r["eval_agent_strict_pairs"], strict=True):
+            assert np.isnan(a) == (c == 0)
         # ordered strict pairs: at most N (N - 1) = 6 per labelled 3m step, per seed
         assert len(r["agent_strict_pairs"]) == 2
         assert all(0 <= c <= 6 * 5 for c in r["agent_strict_pairs"])

@@ -137,6 +137,17 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             )
             for s in (0, 2, 4)
         ]
+        # a fixed fade stranded 3m seed 5, which had not won by the last round: each seed's
+        # fade starts once it wins half its training episodes in a chunk
+        on_win = [*faded, "shaping.kwargs.fade_after_win=0.5"]
+        rows += [
+            (
+                f"DPM, quiet zero, pessimism 1, faded once winning,{two_m} seeds {s}-{s + 1}",
+                "dpm_smax_3m",
+                [*on_win, f"seed={s}"],
+            )
+            for s in (0, 2, 4)
+        ]
         if smax_map != "3m":  # 8m at 2M plateaus near 0.85 from 1M, dense QMIX too (0.81)
             rows += [
                 (

@@ -481,7 +481,9 @@ def run_experiment(
                 feedback_s += time.perf_counter() - t1
             after_chunk = getattr(feedback, "after_chunk", None)
             if after_chunk is not None:
-                state = state.replace(shaper_params=after_chunk(done_updates, state.shaper_params))
+                state = state.replace(
+                    shaper_params=after_chunk(done_updates, state.shaper_params, metrics)
+                )
             if done_updates % (chunk * cfg.checkpoint_every) == 0 or done_updates >= total_updates:
                 mgr.save(done_updates, args=ocp.args.StandardSave(state))
                 mgr.wait_until_finished()

@@ -7,9 +7,10 @@ the runner plays each seed's current policy for ``collect_steps`` steps (the lea
 host, where labels may come from a language model, and puts the returned parameters into
 the train state. The shaper function itself never changes, so nothing recompiles.
 
-A feedback object may also have ``after_chunk(updates_done, params) -> params``, called
-after every chunk (after any round), for parameters that follow a schedule (DPM's
-``fade_updates``); like ``refit`` it must depend only on its inputs.
+A feedback object may also have ``after_chunk(updates_done, params, metrics) -> params``,
+called after every chunk (after any round) with the chunk's metrics (leaves
+``[seeds, updates]``), for parameters that follow a schedule (DPM's ``fade_updates``); like
+``refit`` it must depend only on its inputs, so that a resumed run continues it.
 
 ``refit`` must be deterministic given its inputs and keep whatever it accumulates on disk
 (indexed by round), because a resumed run calls it again from the last checkpoint.

@@ -1,5 +1,6 @@
 """DPM: the scripted teacher's criteria, the reward net, feedback rounds, a run."""
 
+import csv
 import json
 
 import jax
@@ -351,6 +352,64 @@ def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit)
     assert np.abs(full).max() > 0
     np.testing.assert_allclose(half, 0.5 * full, rtol=1e-6)
     assert not np.asarray(apply(feedback.after_chunk(300, params), batch)).any()
+
+
+def test_dpm_run_fades_only_the_seeds_that_won_after_the_last_round(tmp_path):
+    # rounds after updates 2 and 4; a seed fades over 4 updates once it wins any episode
+    over = ("shaping.kwargs.fade_updates=4", "shaping.kwargs.fade_after_win=0.001")
+    result = run_experiment(_tiny(tmp_path / "run", *over))
+    with (result.run_dir / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if int(r["update"]) > 4]
+    weight = np.asarray(result.state.shaper_params.weight)
+    for s in range(2):
+        won = any(float(r[f"win_rate/seed{s}"]) > 0 for r in rows)  # NaN > 0 is False
+        assert (weight[s] < 1.0) == won
+        assert weight[s] in (1.0, 0.75, 0.5)  # 1 or 2 updates into a 4-update fade
+
+
+def test_fading_after_a_win_starts_each_seeds_fade_when_that_seed_wins(smax, tmp_path):
+    aenv, _ = smax
+    cfg = DPMConfig(rounds=1, every=10, fade_updates=4, fade_after_win=0.5)
+    model = reward_model(aenv, cfg)
+    feedback = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)
+    one = initial_params(model, aenv, jax.random.PRNGKey(0))
+    params = jax.tree.map(lambda x: jnp.stack([x, x, x]), one)  # three seeds
+    nan = float("nan")
+
+    def chunk(updates_done, params, wins):
+        out = feedback.after_chunk(updates_done, params, {"win_rate": np.array(wins)})
+        return out, np.asarray(out.weight)
+
+    # before the last round nothing fades, whatever the seeds win
+    params, w = chunk(10, params, [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(w, [1.0, 1.0, 1.0])
+    # seed 1 wins 0.6 of its episodes (the NaN update ended none); seed 2 ended none
+    params, w = chunk(12, params, [[0.1, 0.2], [0.6, nan], [nan, nan]])
+    np.testing.assert_allclose(w, [1.0, 0.5, 1.0])
+    # once started a fade goes on even when the seed stops winning
+    params, w = chunk(14, params, [[0.4, 0.4], [0.0, 0.0], [0.5, 0.5]])
+    np.testing.assert_allclose(w, [1.0, 0.0, 0.5])
+    params, w = chunk(16, params, [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_allclose(w, [1.0, 0.0, 0.0])
+    starts = json.loads((tmp_path / "fade_starts.json").read_text())
+    assert starts == {
+        "1": {"update": 12, "chunk_win_rate": 0.6},
+        "2": {"update": 14, "chunk_win_rate": 0.5},
+    }
+    with pytest.raises(ValueError, match="win_rate"):
+        feedback.after_chunk(18, params, {"episode_return": np.zeros((3, 2))})
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"fade_after_win": 1.5, "fade_updates": 10}, "fade_after_win must be in"),
+        ({"fade_after_win": 0.5}, "needs fade_updates"),
+    ],
+)
+def test_fade_after_win_config_errors_name_the_key(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DPMConfig.check(DPMConfig(**kwargs))
 
 
 def _random_batch(aenv, steps, envs_, seeds, start=None):

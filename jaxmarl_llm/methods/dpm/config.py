@@ -105,6 +105,11 @@ class DPMConfig:
     # reaches later; seeds that won 0.7-0.9 of their test episodes collapsed hundreds of
     # thousands of steps after the last round (experiments/RESULTS.md, DPM)
     fade_updates: int = 0
+    # 0: every seed's fade starts at the last round. Above 0: a seed's fade starts only
+    # after the first chunk past the last round in which it won at least this fraction of
+    # its training episodes. A fixed start stranded a seed that had not yet learned to
+    # fight (3m, 0.00 with fading against 0.90 without; experiments/RESULTS.md, DPM).
+    fade_after_win: float = 0.0
     # the reward is the members' mean less pessimism x their std (0: the mean, as in the
     # paper). The members agree where the labels constrain them and disagree on states no
     # round saw; a policy that drifts there after the last round was paid for stalling
@@ -139,6 +144,10 @@ class DPMConfig:
         for key in ("rounds", "describe_agents", "fade_updates"):
             if getattr(cfg, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(cfg, key)}")
+        if not 0.0 <= cfg.fade_after_win <= 1.0:
+            raise ValueError(f"fade_after_win must be in [0, 1], got {cfg.fade_after_win}")
+        if cfg.fade_after_win > 0 and cfg.fade_updates < 1:
+            raise ValueError("fade_after_win needs fade_updates >= 1 (the length of the fade)")
         if cfg.labeler == "heuristic" and cfg.backend_options:
             raise ValueError("backend_options are only used with labeler=backend")
         if cfg.preferences == "both" and cfg.labels_per_round < 2:

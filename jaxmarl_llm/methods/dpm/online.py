@@ -26,6 +26,7 @@ health removed per step) over the round's transitions.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -97,12 +98,43 @@ class DPMFeedback:
         self._fit_fn = jax.jit(jax.vmap(lambda p, d, k: prefs.fit(model, p, d, k, fit_cfg)))
         self._eval_fn = jax.jit(jax.vmap(self._evaluate))
 
-    def after_chunk(self, updates_done: int, params: DPMParams) -> DPMParams:
+    def after_chunk(
+        self, updates_done: int, params: DPMParams, metrics: dict | None = None
+    ) -> DPMParams:
         """``params`` with the intrinsic weight due after ``updates_done`` updates: 1
-        until the last round, then falling linearly to 0 over ``fade_updates``."""
+        until the last round, then falling linearly to 0 over ``fade_updates``; with
+        ``fade_after_win`` each seed's fall starts once the chunk's ``metrics`` (leaves
+        ``[seeds, updates]``) show it winning that fraction of its training episodes."""
         if self.cfg.fade_updates <= 0:
             return params  # no schedule: nothing to write into the train state
-        return params.replace(weight=jnp.full_like(params.weight, self.weight(updates_done)))
+        if self.cfg.fade_after_win <= 0:
+            return params.replace(weight=jnp.full_like(params.weight, self.weight(updates_done)))
+        if self.rounds == 0 or updates_done <= self.every * self.rounds:
+            return params
+        if metrics is None or "win_rate" not in metrics:
+            raise ValueError(
+                "fade_after_win needs the chunk's win_rate metric (an env that reports wins, "
+                "e.g. SMAX); set fade_after_win=0 to fade every seed from the last round"
+            )
+        wins = np.asarray(metrics["win_rate"], np.float64)  # [S, n]
+        weight = np.asarray(params.weight, np.float64)
+        rate = np.array([np.nanmean(w) if np.isfinite(w).any() else -1.0 for w in wins])
+        falling = (weight < 1.0) | (rate >= self.cfg.fade_after_win)
+        for s in np.flatnonzero(falling & (weight >= 1.0)):
+            self._record_fade_start(int(s), updates_done, float(rate[s]))
+        step = wins.shape[1] / self.cfg.fade_updates
+        weight = np.where(falling, np.maximum(0.0, weight - step), weight)
+        return params.replace(weight=jnp.asarray(weight, params.weight.dtype))
+
+    def _record_fade_start(self, seed_index: int, updates_done: int, win_rate: float) -> None:
+        """Append to ``<run>/dpm/fade_starts.json`` when a seed's fade begins."""
+        if self.dir is None:
+            return
+        path = self.dir / "fade_starts.json"
+        starts = json.loads(path.read_text()) if path.exists() else {}
+        starts[str(seed_index)] = {"update": updates_done, "chunk_win_rate": win_rate}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(starts, indent=1))
 
     def weight(self, updates_done: int) -> float:
         fade = self.cfg.fade_updates

@@ -287,9 +287,16 @@ def run_figure(
             )
             dest = RESULTS / figure / smax_map / _slug(label)
             dest.mkdir(parents=True, exist_ok=True)
-            for name in ("summary.json", "config.yaml", "curve.png", "feedback.json", "eval.csv"):
+            for name in (
+                "summary.json",
+                "config.yaml",
+                "curve.png",
+                "feedback.json",
+                "eval.csv",
+                "dpm/fade_starts.json",  # fade_after_win: when each seed's fade began
+            ):
                 if (out / name).exists():
-                    shutil.copy(out / name, dest / name)
+                    shutil.copy(out / name, dest / Path(name).name)
         every_run = len(dirs) == len(variants)
         # a figure with runs missing here (--only on a fresh checkout) gets its own file, so
         # the committed figure with every curve is kept

@@ -148,6 +148,17 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             )
             for s in (0, 2, 4)
         ]
+        if smax_map != "3m":  # 8m at 2M: 0.87 with per-seed fading; does a larger budget lift it?
+            # (the runs here were the 2M runs' folders copied and extended; a fresh start
+            # gives the same run: the schedules stay fixed at 1M env steps)
+            rows += [
+                (
+                    f"DPM, quiet zero, pessimism 1, faded once winning, 3M, seeds {s}-{s + 1}",
+                    "dpm_smax_3m",
+                    [*on_win, "algo.total_timesteps=3000000", f"seed={s}"],
+                )
+                for s in (0, 2, 4)
+            ]
         if smax_map != "3m":  # 8m at 2M plateaus near 0.85 from 1M, dense QMIX too (0.81)
             rows += [
                 (

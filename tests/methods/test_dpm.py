@@ -389,13 +389,15 @@ def test_fading_after_a_win_starts_each_seeds_fade_when_that_seed_wins(smax, tmp
     # once started a fade goes on even when the seed stops winning
     params, w = chunk(14, params, [[0.4, 0.4], [0.0, 0.0], [0.5, 0.5]])
     np.testing.assert_allclose(w, [1.0, 0.0, 0.5])
-    params, w = chunk(16, params, [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
-    np.testing.assert_allclose(w, [1.0, 0.0, 0.0])
+    params, w = chunk(16, params, [[0.9, 0.7], [1.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_allclose(w, [0.5, 0.0, 0.0])
     starts = json.loads((tmp_path / "fade_starts.json").read_text())
     assert starts == {
+        "0": {"update": 16, "chunk_win_rate": pytest.approx(0.8)},
         "1": {"update": 12, "chunk_win_rate": 0.6},
         "2": {"update": 14, "chunk_win_rate": 0.5},
     }
+    assert list(starts) == ["0", "1", "2"]  # in seed order, not the order they started
     with pytest.raises(ValueError, match="win_rate"):
         feedback.after_chunk(18, params, {"episode_return": np.zeros((3, 2))})
 

@@ -133,6 +133,7 @@ class DPMFeedback:
         path = self.dir / "fade_starts.json"
         starts = json.loads(path.read_text()) if path.exists() else {}
         starts[str(seed_index)] = {"update": updates_done, "chunk_win_rate": win_rate}
+        starts = dict(sorted(starts.items(), key=lambda kv: int(kv[0])))  # seed order
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(starts, indent=1))
 

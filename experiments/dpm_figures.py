@@ -159,6 +159,9 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 )
                 for s in (0, 2, 4)
             ]
+            # the dense reference at the same budget and schedules
+            three_m = ["algo.total_timesteps=3000000", "algo.schedule_timesteps=1000000"]
+            rows.append(("QMIX dense, 3M, seeds 0-1", "qmix_smax_3m_dense", [*env, *three_m]))
         if smax_map != "3m":  # 8m at 2M plateaus near 0.85 from 1M, dense QMIX too (0.81)
             rows += [
                 (
@@ -312,6 +315,8 @@ def run_figure(
         # a figure with runs missing here (--only on a fresh checkout) gets its own file, so
         # the committed figure with every curve is kept
         plot = f"{figure}_{smax_map}" + ("" if every_run else f"_{_slug(only or 'partial')}")
+        if only and not every_run:  # the table reports every finished run; the plot, --only's
+            dirs = {k: v for k, v in dirs.items() if only.lower() in k.lower()} or dirs
         plot_runs(
             dirs, RESULTS / f"{plot}.png", title=f"DPM {figure}: smax:{smax_map}", metric="win_rate"
         )

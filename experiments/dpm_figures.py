@@ -152,13 +152,13 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             # 8m at 2M: 0.87 with per-seed fading; does a larger budget lift it? (the runs
             # here were the 2M runs' folders copied and extended; a fresh start gives the
             # same run: the schedules stay fixed at 1M env steps)
+            on_win_no_budget = [o for o in on_win if not o.startswith("algo.")]
             three_m = ["algo.total_timesteps=3000000", "algo.schedule_timesteps=1000000"]
-            on_win_3m = [o for o in on_win if not o.startswith("algo.")] + three_m
             rows += [
                 (
                     f"DPM, quiet zero, pessimism 1, faded once winning, 3M, seeds {s}-{s + 1}",
                     "dpm_smax_3m",
-                    [*on_win_3m, f"seed={s}"],
+                    [*on_win_no_budget, *three_m, f"seed={s}"],
                 )
                 for s in (0, 2, 4)
             ]
@@ -181,16 +181,14 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 "algo.total_timesteps=2000000",
                 "algo.schedule_timesteps=1000000",
             ]
-            on_win_low_lr = [o for o in on_win if not o.startswith("algo.")] + low_lr
-            rows += [
+            # one pair: its seed 0 never won, so no more were run
+            rows.append(
                 (
-                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, lr 1e-3, "
-                    f"seeds {s}-{s + 1}",
+                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, lr 1e-3, seeds 0-1",
                     "dpm_smax_3m",
-                    [*on_win_low_lr, f"seed={s}"],
+                    [*on_win_no_budget, *low_lr, "seed=0"],
                 )
-                for s in (0,)  # one pair: its seed 0 never won, so no more were run
-            ]
+            )
             rows.append(
                 ("QMIX dense, 2M, lr 1e-3, seeds 0-1", "qmix_smax_3m_dense", [*env, *low_lr])
             )

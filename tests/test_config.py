@@ -67,3 +67,25 @@ def test_qlearning_schema_for_qmix():
 def test_unknown_config_name_lists_available():
     with pytest.raises(ConfigError, match="Available in"):
         load_config("no_such_experiment")
+
+
+@pytest.mark.parametrize(
+    "config, override, fragment",
+    [
+        ("qmix_smax_3m", "algo.schedule_timesteps=1000000", "'algo.schedule_timesteps'"),
+        ("maddpg_spread_3", "algo.tau=2", "'algo.tau'"),
+    ],
+)
+def test_run_script_reports_a_learner_check_as_a_config_error(
+    config, override, fragment, tmp_path, capsys
+):
+    """The learners' own checks (values no schema can judge alone) end run.py with exit
+    code 2 and one line naming the key, not a traceback."""
+    from scripts import load_script
+
+    run = load_script("experiments/run.py")
+    argv = [config, "algo.total_timesteps=30720", override, f"out_dir={tmp_path}"]
+    assert run.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: bad value for config key") and fragment in err, err
+    assert "Traceback" not in err

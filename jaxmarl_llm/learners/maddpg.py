@@ -40,6 +40,7 @@ import optax
 from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
+from jaxmarl_llm.config import ConfigError
 from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.networks import MLP, AgentParams, ParamSharing, with_agent_ids
@@ -111,7 +112,7 @@ class MADDPGState(struct.PyTreeNode):
 
 def _check_config(cfg) -> None:
     def bad(key, value, why):
-        raise ValueError(f"bad value for config key '{key}': {value!r}; {why}")
+        raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
 
     if _name(cfg.name) != "maddpg":
         bad("name", cfg.name, "the MADDPG learner needs name: maddpg")

@@ -20,6 +20,7 @@ import optax
 from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
+from jaxmarl_llm.config import ConfigError
 from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics, step_transitions
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, value_loss
@@ -92,15 +93,15 @@ def grad_chunk_rows(configured: int | None, backend: str | None = None) -> int:
 
 def _check_config(cfg) -> None:
     if cfg.name not in ("ippo", "mappo"):
-        raise ValueError(f"ppo learner got algo.name={cfg.name!r}; valid: ippo, mappo")
+        raise ConfigError(f"ppo learner got algo.name={cfg.name!r}; valid: ippo, mappo")
     units = cfg.num_envs if cfg.recurrent else cfg.num_envs * cfg.num_steps
     if units % cfg.num_minibatches:
-        raise ValueError(
+        raise ConfigError(
             f"algo.num_minibatches={cfg.num_minibatches} must divide "
             f"{'num_envs' if cfg.recurrent else 'num_envs * num_steps'}={units}"
         )
     if cfg.total_timesteps < cfg.num_envs * cfg.num_steps:
-        raise ValueError(
+        raise ConfigError(
             f"algo.total_timesteps={cfg.total_timesteps} is less than one update "
             f"(num_envs * num_steps = {cfg.num_envs * cfg.num_steps})"
         )

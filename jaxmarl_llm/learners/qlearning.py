@@ -40,6 +40,7 @@ from flax import struct
 from flax.linen.initializers import constant
 
 from envs.array_env import ArrayEnv, ArrayEnvState
+from jaxmarl_llm.config import ConfigError
 from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.initializers import orthogonal
@@ -151,7 +152,7 @@ def training_rewards(shaper: Shaper, shaper_params: Any, items: Transition, how:
 
 def _check_config(cfg) -> None:
     def bad(key, value, why):
-        raise ValueError(f"bad value for config key '{key}': {value!r}; {why}")
+        raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
 
     name = _name(cfg.name)
     if name not in MIXER_NAMES:

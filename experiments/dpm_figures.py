@@ -192,6 +192,21 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             rows.append(
                 ("QMIX dense, 2M, lr 1e-3, seeds 0-1", "qmix_smax_3m_dense", [*env, *low_lr])
             )
+            # nor does PyMARL2's batch of 128 (GPU run, every seed stalled): a wider agent
+            # network, GRU 128 in place of 64, for both
+            wide = [
+                "algo.hidden_dim=128",
+                "algo.total_timesteps=2000000",
+                "algo.schedule_timesteps=1000000",
+            ]
+            rows.append(
+                (
+                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, GRU 128, seeds 0-1",
+                    "dpm_smax_3m",
+                    [*on_win_no_budget, *wide, "seed=0"],
+                )
+            )
+            rows.append(("QMIX dense, 2M, GRU 128, seeds 0-1", "qmix_smax_3m_dense", [*env, *wide]))
         return rows
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         print(to_yaml(cfg))
         return 0
 
+    from jaxmarl_llm.lm.backend import BackendError
+    from jaxmarl_llm.lm.gemma.weights import GemmaWeightsError
+    from jaxmarl_llm.lm.store import CacheMiss
+    from jaxmarl_llm.methods.yolo.shaper import NoUsablePlan
     from jaxmarl_llm.runner import run_experiment
 
     try:
@@ -53,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    except (BackendError, GemmaWeightsError, CacheMiss, NoUsablePlan) as e:
+        # the language-model side failed: a missing weights file, an endpoint that stays
+        # down, a replay without the answer, a model whose code the sandbox refused
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(result.summary, indent=2))
     print(f"results in {result.run_dir}")
     return 0

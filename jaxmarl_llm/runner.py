@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -489,6 +490,14 @@ def run_experiment(
                 mgr.wait_until_finished()
             if on_chunk is not None:
                 on_chunk(done_updates, state, rows)
+    except BaseException:
+        # a failure between checkpoints (a backend error in a feedback round, Ctrl-C)
+        # keeps the chunks finished since the last one; the state is the last whole chunk's
+        if done_updates > 0 and done_updates not in mgr.all_steps():
+            mgr.save(done_updates, args=ocp.args.StandardSave(state))
+            mgr.wait_until_finished()
+            print(f"saved a checkpoint at update {done_updates}: resume={run_dir}", file=sys.stderr)
+        raise
     finally:
         bar.close()
         mgr.wait_until_finished()

@@ -89,3 +89,22 @@ def test_run_script_reports_a_learner_check_as_a_config_error(
     err = capsys.readouterr().err
     assert err.startswith("config error: bad value for config key") and fragment in err, err
     assert "Traceback" not in err
+
+
+def test_run_script_reports_a_language_model_failure_without_a_traceback(tmp_path, capsys):
+    """A planning-function answer that cannot be used (here: its file is missing) ends
+    run.py with exit code 1 and the reason, before any training."""
+    from scripts import load_script
+
+    run = load_script("experiments/run.py")
+    argv = [
+        "yolo_lbf_mappo",
+        "shaping.kwargs.planner=file",
+        f"shaping.kwargs.answer_file={tmp_path / 'no_such_answer.md'}",
+        f"out_dir={tmp_path / 'run'}",
+        "compare_with=[]",
+    ]
+    assert run.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "error: NoUsablePlan: YOLO-MARL: no usable planning function" in err, err
+    assert "no_such_answer.md' does not exist" in err and "Traceback" not in err

@@ -118,6 +118,26 @@ def test_resume_matches_uninterrupted_run(tmp_path, algo):
     assert evals_full == evals_res
 
 
+def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path):
+    """With checkpoints far apart (DPM's runs save every 10 chunks), an error after the
+    second chunk (a backend failing in a feedback round, Ctrl-C) saves that chunk's state,
+    and resuming from it gives the uninterrupted run."""
+    sparse = ["checkpoint_every=100"]
+    full = run_experiment(tiny_cfg(tmp_path / "full", "qmix", *sparse))
+
+    def fail_at_update_4(updates_done, state, rows):
+        if updates_done == 4:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_experiment(tiny_cfg(tmp_path / "failed", "qmix", *sparse), on_chunk=fail_at_update_4)
+    failed_dir = tmp_path / "failed" / "run"
+    assert sorted(int(p.name) for p in (failed_dir / "checkpoints").iterdir()) == [4]
+    resumed = run_experiment(tiny_cfg(tmp_path / "other", "qmix", *sparse, f"resume={failed_dir}"))
+    for a, b in zip(_leaves(full.state), _leaves(resumed.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget(tmp_path):
     """``resume=RUN_DIR algo.total_timesteps=MORE`` continues a finished run; epsilon keeps
     the schedule of the first budget, and chunks, evaluations and checkpoints fall on the

@@ -414,6 +414,13 @@ def test_fade_after_win_config_errors_name_the_key(kwargs, message):
         DPMConfig.check(DPMConfig(**kwargs))
 
 
+def test_a_backend_the_array_teacher_would_ignore_is_refused():
+    """labeler=heuristic never calls a backend: asking for one is a mistake, not a no-op."""
+    with pytest.raises(ValueError, match="backend='http' is only used with labeler=backend"):
+        DPMConfig.check(DPMConfig(backend="http"))
+    DPMConfig.check(DPMConfig(labeler="backend", backend="http"))
+
+
 def _random_batch(aenv, steps, envs_, seeds, start=None):
     """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play, from
     resets or from the env state ``start`` (e.g. units already in range); every field

@@ -150,6 +150,11 @@ class DPMConfig:
             raise ValueError("fade_after_win needs fade_updates >= 1 (the length of the fade)")
         if cfg.labeler == "heuristic" and cfg.backend_options:
             raise ValueError("backend_options are only used with labeler=backend")
+        if cfg.labeler == "heuristic" and cfg.backend != "scripted":
+            raise ValueError(
+                f"backend={cfg.backend!r} is only used with labeler=backend (labeler=heuristic "
+                "labels with the array teacher and never calls a backend)"
+            )
         if cfg.preferences == "both" and cfg.labels_per_round < 2:
             raise ValueError("preferences=both needs labels_per_round >= 2 (one of each type)")
         if not 0.0 <= cfg.mistake <= 1.0:

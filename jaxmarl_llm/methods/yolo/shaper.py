@@ -425,12 +425,17 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
         backend.close()
 
 
+class NoUsablePlan(ValueError):
+    """No planning (or reward) function passed the sandbox: every answer was refused, or
+    the answer file is missing. The prompts and refusals are in ``<run>/yolo/record.json``."""
+
+
 def yolo_shaper(env: ArrayEnv, cfg: YOLOConfig, mode, coef, artifact_dir) -> Shaper:
     YOLOConfig.check(cfg)
     try:
         tasks, plan, record = obtain_plan(env, cfg, artifact_dir)
     except UnsafeCode as e:
-        raise ValueError(f"YOLO-MARL: no usable planning function: {e}") from e
+        raise NoUsablePlan(f"YOLO-MARL: no usable planning function: {e}") from e
     print(
         f"YOLO-MARL: planning function from {record['planner']} ({len(record['refusals'])} refused)"
     )

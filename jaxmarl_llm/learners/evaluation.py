@@ -52,17 +52,19 @@ class _Episodes:
     key: jax.Array
 
 
-def make_evaluate(
-    env: ArrayEnv, policy: GreedyPolicy, num_episodes: int, max_steps: int
-) -> Callable[[Any, jax.Array], dict]:
-    """``evaluate(train_state, key) -> metrics`` of ``num_episodes`` greedy episodes.
+class EpisodeEnds(NamedTuple):
+    """The first episode of each of ``E`` parallel envs, as it ended."""
 
-    Metrics (scalars): ``eval_return`` (env reward, reduced over agents as the env's
-    published numbers are: ``ArrayEnv.return_reduction``), ``eval_length``,
-    ``eval_win_rate`` (where the env reports wins) and ``eval_episodes``, the number of
-    episodes that ended within ``max_steps`` steps; only those are averaged (NaN where
-    none ended).
-    """
+    episode_return: jax.Array  # [E] env reward, reduced over agents
+    length: jax.Array  # [E]
+    won: jax.Array  # [E] bool (False where the env reports no wins)
+    finished: jax.Array  # [E] bool: the episode ended within ``max_steps`` steps
+
+
+def make_play_episodes(
+    env: ArrayEnv, policy: GreedyPolicy, num_episodes: int, max_steps: int
+) -> Callable[[Any, jax.Array], EpisodeEnds]:
+    """``play(train_state, key) -> EpisodeEnds`` of ``num_episodes`` greedy episodes."""
     if num_episodes <= 0 or max_steps <= 0:
         raise ValueError(
             f"evaluation needs num_episodes > 0 and max_steps > 0, got {num_episodes}, {max_steps}"
@@ -70,7 +72,7 @@ def make_evaluate(
     E = int(num_episodes)
     reduce = {"mean": jnp.mean, "sum": jnp.sum}[env.return_reduction]
 
-    def evaluate(train_state, key: jax.Array) -> dict:
+    def play(train_state, key: jax.Array) -> EpisodeEnds:
         r_reset, r_steps = jax.random.split(key)
         obs, env_state = jax.vmap(env.reset)(jax.random.split(r_reset, E))
         start = _Episodes(
@@ -112,16 +114,36 @@ def make_evaluate(
             )
 
         end = jax.lax.while_loop(running, step, start)
-        done = end.finished.astype(jnp.float32)
-        n = done.sum()
-        mean = lambda x: jnp.where(n > 0, (x * done).sum() / jnp.maximum(n, 1.0), jnp.nan)
-        metrics = {
-            "eval_return": mean(end.episode_return),
-            "eval_length": mean(end.length.astype(jnp.float32)),
-            "eval_episodes": n,
-        }
-        if env.has_won:
-            metrics["eval_win_rate"] = mean(end.won.astype(jnp.float32))
-        return metrics
+        return EpisodeEnds(end.episode_return, end.length, end.won, end.finished)
 
-    return evaluate
+    return play
+
+
+def summarize_episodes(env: ArrayEnv, ends: EpisodeEnds) -> dict:
+    """The evaluation metrics of ``make_evaluate`` from the episodes that finished."""
+    done = ends.finished.astype(jnp.float32)
+    n = done.sum()
+    mean = lambda x: jnp.where(n > 0, (x * done).sum() / jnp.maximum(n, 1.0), jnp.nan)
+    metrics = {
+        "eval_return": mean(ends.episode_return),
+        "eval_length": mean(ends.length.astype(jnp.float32)),
+        "eval_episodes": n,
+    }
+    if env.has_won:
+        metrics["eval_win_rate"] = mean(ends.won.astype(jnp.float32))
+    return metrics
+
+
+def make_evaluate(
+    env: ArrayEnv, policy: GreedyPolicy, num_episodes: int, max_steps: int
+) -> Callable[[Any, jax.Array], dict]:
+    """``evaluate(train_state, key) -> metrics`` of ``num_episodes`` greedy episodes.
+
+    Metrics (scalars): ``eval_return`` (env reward, reduced over agents as the env's
+    published numbers are: ``ArrayEnv.return_reduction``), ``eval_length``,
+    ``eval_win_rate`` (where the env reports wins) and ``eval_episodes``, the number of
+    episodes that ended within ``max_steps`` steps; only those are averaged (NaN where
+    none ended).
+    """
+    play = make_play_episodes(env, policy, num_episodes, max_steps)
+    return lambda train_state, key: summarize_episodes(env, play(train_state, key))

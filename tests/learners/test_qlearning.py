@@ -242,7 +242,7 @@ def test_epsilon_schedule():
 )
 def test_bad_config_names_the_key(kw, key):
     env = envs.make_array_env("matrix:two_step")
-    with pytest.raises(ValueError, match=f"'{key}'"):
+    with pytest.raises(ValueError, match=f"'algo.{key}'"):
         qlearning.make_learner(small_cfg(**kw), env, identity_shaper())
 
 

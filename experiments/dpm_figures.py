@@ -153,6 +153,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             # here were the 2M runs' folders copied and extended; a fresh start gives the
             # same run: the schedules stay fixed at 1M env steps)
             on_win_no_budget = [o for o in on_win if not o.startswith("algo.")]
+            two_m_budget = ["algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
             three_m = ["algo.total_timesteps=3000000", "algo.schedule_timesteps=1000000"]
             rows += [
                 (
@@ -176,11 +177,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             # the plateau is QMIX's (dense 0.88 at 3M): PyMARL2's learning rate, 1e-3 in place
             # of JaxMARL's 5e-3 (a batch of 128 episodes, PyMARL2's other half, runs 3x
             # slower here)
-            low_lr = [
-                "algo.lr=0.001",
-                "algo.total_timesteps=2000000",
-                "algo.schedule_timesteps=1000000",
-            ]
+            low_lr = ["algo.lr=0.001", *two_m_budget]
             # one pair: its seed 0 never won, so no more were run
             rows.append(
                 (
@@ -194,11 +191,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             )
             # nor does PyMARL2's batch of 128 (GPU run, every seed stalled): a wider agent
             # network, GRU 128 in place of 64, for both
-            wide = [
-                "algo.hidden_dim=128",
-                "algo.total_timesteps=2000000",
-                "algo.schedule_timesteps=1000000",
-            ]
+            wide = ["algo.hidden_dim=128", *two_m_budget]
             rows.append(
                 (
                     "DPM, quiet zero, pessimism 1, faded once winning, 2M, GRU 128, seeds 0-1",

@@ -36,6 +36,10 @@ What SMAX cannot express, and how it differs from SMAC on StarCraft II:
   features. The world state is jaxmarl's: for every unit (allies first) health fraction,
   raw map position (0..32, not normalised), weapon cooldown (seconds) and type one-hot,
   then every unit's team and raw type id: ``12 * (num_allies + num_enemies)`` floats.
+  ``world_state="normalized"`` keeps that layout with SMAC's scales (positions about the
+  map centre in [-1, 1], cooldowns as a fraction of the unit type's, type ids / 5); it
+  reaches every consumer of the world state (QMIX's mixer, MAPPO's critic, DPM's
+  reward model).
 * Reward: enemy health fraction removed per step divided by the number of enemies,
   plus 1 for a win, so a perfect episode returns about 2 (SMAC scales to 20). That is the
   ``reward="dense"`` setting; ``reward="weak_sparse"`` and ``reward="strong_sparse"`` are
@@ -98,18 +102,25 @@ def scenarios() -> dict[str, Scenario]:
 
 
 REWARD_SETTINGS = ("dense", "weak_sparse", "strong_sparse")
+WORLD_STATE_SCALINGS = ("raw", "normalized")
 # DPM Table 1, divided by SPARSE_SCALE so that a win is worth 1 (as in SMAX's dense reward).
 SPARSE_WIN, SPARSE_KILL, SPARSE_LOSS, SPARSE_SCALE = 200.0, 10.0, -5.0, 200.0
 
 
 class RewardSettingSMAX(HeuristicEnemySMAX):
-    """SMAX with the heuristic enemy and a reward setting of DPM's Table 1."""
+    """SMAX with the heuristic enemy, a reward setting of DPM's Table 1 and a choice of
+    world-state scaling (``world_state="raw"``: jaxmarl's; ``"normalized"``: SMAC's)."""
 
-    def __init__(self, reward: str = "dense", **kwargs):
+    def __init__(self, reward: str = "dense", world_state: str = "raw", **kwargs):
         if reward not in REWARD_SETTINGS:
             raise ValueError(f"unknown SMAX reward setting {reward!r}; valid: {REWARD_SETTINGS}")
+        if world_state not in WORLD_STATE_SCALINGS:
+            raise ValueError(
+                f"unknown SMAX world_state {world_state!r}; valid: {WORLD_STATE_SCALINGS}"
+            )
         super().__init__(**kwargs)
         self.reward_setting = reward
+        self.world_state_scaling = world_state
 
     def step_env(self, key, state, actions, **kwargs):
         obs, next_state, rewards, dones, infos = super().step_env(key, state, actions, **kwargs)
@@ -143,9 +154,36 @@ def smax_won(env, env_state) -> jax.Array:
 
 
 def smax_world_state(env, env_state, obs) -> jax.Array:
-    """jaxmarl's SMAX world state, ``[12 * (num_allies + num_enemies)]`` float32."""
+    """jaxmarl's SMAX world state, ``[12 * (num_allies + num_enemies)]`` float32; scaled
+    as SMAC scales its state where the env was made with ``world_state="normalized"``."""
     smax = getattr(env, "_env", env)  # the SMAX inside HeuristicEnemySMAX
-    return smax.get_world_state(_inner_state(env_state)).astype(jnp.float32)
+    inner = _inner_state(env_state)
+    if getattr(env, "world_state_scaling", "raw") == "normalized":
+        return _normalized_world_state(smax, inner)
+    return smax.get_world_state(inner).astype(jnp.float32)
+
+
+def _normalized_world_state(smax, state) -> jax.Array:
+    """jaxmarl's layout with SMAC's scales: positions relative to the map centre in
+    [-1, 1] (raw: 0..32), weapon cooldowns as a fraction of the unit type's (raw: seconds),
+    unit type ids divided by the largest (raw: 0..5); health, type one-hots and teams as
+    jaxmarl has them. Dead units stay all zero."""
+    half = jnp.array([smax.map_width, smax.map_height], jnp.float32) / 2
+    types = state.unit_types
+    health = state.unit_health / smax.unit_type_health[types]
+    cooldown = state.unit_weapon_cooldowns / smax.unit_type_weapon_cooldowns[types]
+    features = jnp.concatenate(
+        [
+            health[:, None],
+            (state.unit_positions - half) / half,
+            cooldown[:, None],
+            jax.nn.one_hot(types, smax.unit_type_bits),
+        ],
+        axis=-1,
+    )
+    features = jnp.where(state.unit_alive[:, None], features, 0.0).reshape(-1)
+    type_ids = types / (smax.unit_type_bits - 1)
+    return jnp.concatenate([features, state.unit_teams, type_ids]).astype(jnp.float32)
 
 
 def smax_groups(env) -> tuple[int, ...]:

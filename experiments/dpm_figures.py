@@ -200,6 +200,38 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 )
             )
             rows.append(("QMIX dense, 2M, GRU 128, seeds 0-1", "qmix_smax_3m_dense", [*env, *wide]))
+            # nor does GRU 128: twice the gradient steps per update (8 in place of 4, at
+            # lr 5e-3), which brings the transitions replayed per env step to PyMARL's
+            # (one batch of 32 episodes per episode collected)
+            replay_more = ["algo.updates_per_rollout=8", *two_m_budget]
+            rows.append(
+                (
+                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, 8 updates, seeds 0-1",
+                    "dpm_smax_3m",
+                    [*on_win_no_budget, *replay_more, "seed=0"],
+                )
+            )
+            rows.append(
+                ("QMIX dense, 2M, 8 updates, seeds 0-1", "qmix_smax_3m_dense", [*env, *replay_more])
+            )
+            # the world state the mixer (and DPM's reward model) reads, with SMAC's scales
+            # in place of jaxmarl's raw map positions (0..32) and cooldowns in seconds
+            scaled = ["env.kwargs.world_state=normalized", *two_m_budget]
+            rows.append(
+                (
+                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, normalized state, "
+                    "seeds 0-1",
+                    "dpm_smax_3m",
+                    [*on_win_no_budget, *scaled, "seed=0"],
+                )
+            )
+            rows.append(
+                (
+                    "QMIX dense, 2M, normalized state, seeds 0-1",
+                    "qmix_smax_3m_dense",
+                    [*env, *scaled],
+                )
+            )
         return rows
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

@@ -203,6 +203,44 @@ def test_world_state_and_obs(aenv):
     np.testing.assert_array_equal(ws[-(n + m) :], [STALKER] * 2 + [ZEALOT] * 3 + [2, 2, 3, 3, 3])
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_normalized_world_state_rescales_jaxmarls(jit):
+    raw_env = envs.make_array_env("smax:2s3z")
+    norm_env = envs.make_array_env("smax:2s3z", world_state="normalized")
+    n_units = raw_env.env.num_allies + raw_env.env.num_enemies
+    obs, state = raw_env.reset(jax.random.PRNGKey(3))
+    # a dead unit, a hurt one and one mid-cooldown
+    inner = state.env_state.state
+    state = _with_units(
+        state,
+        unit_alive=inner.unit_alive.at[1].set(False),
+        unit_health=inner.unit_health.at[0].multiply(0.5),
+        unit_weapon_cooldowns=inner.unit_weapon_cooldowns.at[2].set(0.5),
+    )
+    world_state = jax.jit(norm_env.world_state) if jit else norm_env.world_state
+    raw = np.asarray(raw_env.world_state(state, obs)).copy()
+    norm = np.asarray(world_state(state, obs))
+    assert norm.shape == raw.shape and norm.dtype == np.float32
+    per_unit_raw = raw[: 10 * n_units].reshape(n_units, 10)
+    per_unit = norm[: 10 * n_units].reshape(n_units, 10)
+    alive = per_unit_raw.any(-1)
+    assert not alive[1] and (per_unit[1] == 0).all()
+    # health and type one-hots as jaxmarl has them, positions about the centre in [-1, 1]
+    same = [0, *range(4, 10)]
+    np.testing.assert_array_equal(per_unit[:, same], per_unit_raw[:, same])
+    np.testing.assert_allclose(per_unit[alive, 1:3], per_unit_raw[alive, 1:3] / 16 - 1, rtol=1e-6)
+    assert np.abs(per_unit[:, 1:4]).max() <= 1
+    types = np.asarray(inner.unit_types)
+    cooldowns = np.asarray(raw_env.env._env.unit_type_weapon_cooldowns)[types]
+    np.testing.assert_allclose(per_unit[alive, 3], per_unit_raw[alive, 3] / cooldowns[alive])
+    np.testing.assert_allclose(per_unit[2, 3], 0.5 / cooldowns[2])
+    tail = 10 * n_units
+    np.testing.assert_array_equal(norm[tail : tail + n_units], raw[tail : tail + n_units])  # teams
+    np.testing.assert_allclose(norm[tail + n_units :], raw[tail + n_units :] / 5)
+    with pytest.raises(ValueError, match="unknown SMAX world_state 'scaled'"):
+        envs.make("smax:3m", world_state="scaled")
+
+
 EAST = 1
 
 

@@ -174,64 +174,36 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 )
                 for s in (0, 2)
             ]
+
+            def learner_pair(lever: str, extra: list[str]) -> list[tuple]:
+                """DPM (seed 0 of the best 8m row) and dense QMIX, both changed by ``extra``."""
+                return [
+                    (
+                        f"DPM, quiet zero, pessimism 1, faded once winning, 2M, {lever}, seeds 0-1",
+                        "dpm_smax_3m",
+                        [*on_win_no_budget, *extra, *two_m_budget, "seed=0"],
+                    ),
+                    (
+                        f"QMIX dense, 2M, {lever}, seeds 0-1",
+                        "qmix_smax_3m_dense",
+                        [*env, *extra, *two_m_budget],
+                    ),
+                ]
+
             # the plateau is QMIX's (dense 0.88 at 3M): PyMARL2's learning rate, 1e-3 in place
             # of JaxMARL's 5e-3 (a batch of 128 episodes, PyMARL2's other half, runs 3x
-            # slower here)
-            low_lr = ["algo.lr=0.001", *two_m_budget]
-            # one pair: its seed 0 never won, so no more were run
-            rows.append(
-                (
-                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, lr 1e-3, seeds 0-1",
-                    "dpm_smax_3m",
-                    [*on_win_no_budget, *low_lr, "seed=0"],
-                )
-            )
-            rows.append(
-                ("QMIX dense, 2M, lr 1e-3, seeds 0-1", "qmix_smax_3m_dense", [*env, *low_lr])
-            )
+            # slower here); one pair: its seed 0 never won, so no more were run
+            rows += learner_pair("lr 1e-3", ["algo.lr=0.001"])
             # nor does PyMARL2's batch of 128 (GPU run, every seed stalled): a wider agent
             # network, GRU 128 in place of 64, for both
-            wide = ["algo.hidden_dim=128", *two_m_budget]
-            rows.append(
-                (
-                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, GRU 128, seeds 0-1",
-                    "dpm_smax_3m",
-                    [*on_win_no_budget, *wide, "seed=0"],
-                )
-            )
-            rows.append(("QMIX dense, 2M, GRU 128, seeds 0-1", "qmix_smax_3m_dense", [*env, *wide]))
+            rows += learner_pair("GRU 128", ["algo.hidden_dim=128"])
             # nor does GRU 128: twice the gradient steps per update (8 in place of 4, at
             # lr 5e-3), which brings the transitions replayed per env step to PyMARL's
             # (one batch of 32 episodes per episode collected)
-            replay_more = ["algo.updates_per_rollout=8", *two_m_budget]
-            rows.append(
-                (
-                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, 8 updates, seeds 0-1",
-                    "dpm_smax_3m",
-                    [*on_win_no_budget, *replay_more, "seed=0"],
-                )
-            )
-            rows.append(
-                ("QMIX dense, 2M, 8 updates, seeds 0-1", "qmix_smax_3m_dense", [*env, *replay_more])
-            )
+            rows += learner_pair("8 updates", ["algo.updates_per_rollout=8"])
             # the world state the mixer (and DPM's reward model) reads, with SMAC's scales
             # in place of jaxmarl's raw map positions (0..32) and cooldowns in seconds
-            scaled = ["env.kwargs.world_state=normalized", *two_m_budget]
-            rows.append(
-                (
-                    "DPM, quiet zero, pessimism 1, faded once winning, 2M, normalized state, "
-                    "seeds 0-1",
-                    "dpm_smax_3m",
-                    [*on_win_no_budget, *scaled, "seed=0"],
-                )
-            )
-            rows.append(
-                (
-                    "QMIX dense, 2M, normalized state, seeds 0-1",
-                    "qmix_smax_3m_dense",
-                    [*env, *scaled],
-                )
-            )
+            rows += learner_pair("normalized state", ["env.kwargs.world_state=normalized"])
         return rows
     raise ValueError(f"unknown figure {figure!r}; valid: {', '.join(FIGURES)}")
 

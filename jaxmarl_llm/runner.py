@@ -338,6 +338,16 @@ def _progress(total: int, initial: int, enabled: bool):
     )
 
 
+def make_env(cfg: DictConfig) -> envs.ArrayEnv:
+    """``cfg.env``'s environment; a ConfigError naming ``env.kwargs`` where the
+    environment refuses its kwargs (an unknown kwarg, or a value it does not accept)."""
+    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    try:
+        return envs.make_array_env(cfg.env.name, **kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"bad value for config key 'env.kwargs' ({kwargs}): {e}") from e
+
+
 def run_experiment(
     cfg: DictConfig,
     on_chunk: Callable[[int, Any, list[dict]], None] | None = None,
@@ -360,7 +370,8 @@ def run_experiment(
                 saved[k] = cfg[k]
         cfg = saved
         cfg.resume = str(run_dir)
-    else:
+    env = make_env(cfg)  # a bad env kwarg stops the run before its folder is written
+    if not cfg.resume:
         run_dir = Path(cfg.out_dir) if cfg.out_dir else default_run_dir(cfg)
         if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
             raise ConfigError(
@@ -370,7 +381,6 @@ def run_experiment(
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
 
-    env = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
     shaper = build_shaper(cfg.shaping, env, ShaperContext(run_dir=run_dir, seed=int(cfg.seed)))
     learner = make_learner(cfg.algo, env, shaper)
     steps_per_update = learner.env_steps_per_update
@@ -554,7 +564,7 @@ def load_trained(run_dir: Path) -> TrainedRun:
     """Rebuild a run's env, shaper and learner and restore its latest checkpoint."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    env = envs.make_array_env(cfg.env.name, **OmegaConf.to_container(cfg.env.kwargs, resolve=True))
+    env = make_env(cfg)
     shaper = build_shaper(cfg.shaping, env, ShaperContext(run_dir=run_dir, seed=int(cfg.seed)))
     learner = make_learner(cfg.algo, env, shaper)
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_seeds)

@@ -91,6 +91,28 @@ def test_run_script_reports_a_learner_check_as_a_config_error(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("env.kwargs.world_state=scaled", "unknown SMAX world_state 'scaled'"),
+        ("env.kwargs.reward=sparse", "unknown SMAX reward setting 'sparse'"),
+        ("env.kwargs.no_such_kwarg=1", "bad kwargs for environment 'smax:3m'"),
+    ],
+)
+def test_run_script_reports_a_bad_env_kwarg_before_writing_the_run(
+    override, fragment, tmp_path, capsys
+):
+    from scripts import load_script
+
+    run = load_script("experiments/run.py")
+    out = tmp_path / "run"
+    assert run.main(["qmix_smax_3m", override, f"out_dir={out}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: bad value for config key 'env.kwargs'"), err
+    assert fragment in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
 def test_run_script_reports_a_language_model_failure_without_a_traceback(tmp_path, capsys):
     """A planning-function answer that cannot be used (here: its file is missing) ends
     run.py with exit code 1 and the reason, before any training."""

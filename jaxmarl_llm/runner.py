@@ -344,7 +344,7 @@ def make_env(cfg: DictConfig) -> envs.ArrayEnv:
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     try:
         return envs.make_array_env(cfg.env.name, **kwargs)
-    except (ValueError, TypeError) as e:
+    except ValueError as e:  # the registry reports an unknown kwarg as one too
         raise ConfigError(f"bad value for config key 'env.kwargs' ({kwargs}): {e}") from e
 
 

@@ -85,10 +85,14 @@ def plot_run(
 def plot_runs(
     run_dirs: dict[str, str | Path], out_path: str | Path, metric: str = "episode_return", title=""
 ) -> Path:
-    """Several run folders in one plot (e.g. a method against its baselines)."""
+    """Several run folders in one plot (e.g. a method against its baselines). A metric
+    named ``eval_*`` (``eval_return``, ``eval_win_rate``) is read from each run's greedy
+    evaluations, ``eval.csv``; any other from ``metrics.csv``. A run without the metric
+    is left out of the plot."""
+    source = "eval.csv" if metric.startswith("eval_") else "metrics.csv"
     runs = {}
     for label, d in run_dirs.items():
-        header, data = load_metrics(Path(d) / "metrics.csv")
+        header, data = load_metrics(Path(d) / source)
         cols = seed_columns(header, metric)
         if cols:
             runs[label] = (data["env_steps"], np.stack([data[c] for c in cols], axis=1))

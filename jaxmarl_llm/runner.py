@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import envs
 from jaxmarl_llm.config import ConfigError, to_yaml
+from jaxmarl_llm.learners import check_config as check_learner_config
 from jaxmarl_llm.learners import make_learner, run_chunk
 from jaxmarl_llm.learners.evaluation import make_evaluate
 from jaxmarl_llm.plotting import plot_run, plot_runs
@@ -370,7 +371,9 @@ def run_experiment(
                 saved[k] = cfg[k]
         cfg = saved
         cfg.resume = str(run_dir)
-    env = make_env(cfg)  # a bad env kwarg stops the run before its folder is written
+    # a bad env kwarg or learner setting stops the run before its folder is written
+    env = make_env(cfg)
+    check_learner_config(cfg.algo)
     if not cfg.resume:
         run_dir = Path(cfg.out_dir) if cfg.out_dir else default_run_dir(cfg)
         if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):

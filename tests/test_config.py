@@ -113,6 +113,40 @@ def test_run_script_reports_a_bad_env_kwarg_before_writing_the_run(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "config, override, fragment",
+    [
+        ("qmix_smax_3m", "algo.schedule_timesteps=9000000", "'algo.schedule_timesteps'"),
+        ("qmix_smax_3m", "algo.tau=0", "'algo.tau'"),
+        ("mappo_smax_3m", "algo.total_timesteps=100", "algo.total_timesteps=100"),
+        ("maddpg_lbf", "algo.batch_size=999999999", "'algo.batch_size'"),
+    ],
+)
+def test_run_script_reports_a_bad_learner_setting_before_writing_the_run(
+    config, override, fragment, tmp_path, capsys
+):
+    """The learner's own checks (beyond the config schema's) run before the run folder
+    and the shaper exist; they used to run after config.yaml was written."""
+    from scripts import load_script
+
+    run = load_script("experiments/run.py")
+    out = tmp_path / "run"
+    assert run.main([config, override, f"out_dir={out}", "compare_with=[]"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error:") and fragment in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_run_script_reports_feedback_rounds_that_fall_inside_a_chunk(tmp_path, capsys):
+    from scripts import load_script
+
+    run = load_script("experiments/run.py")
+    argv = ["dpm_smax_3m", "shaping.kwargs.every=15", f"out_dir={tmp_path / 'run'}"]
+    assert run.main([*argv, "compare_with=[]"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: bad value for config key 'log_every': 10 does not "), err
+    assert "divide the 15 updates between" in err and "Traceback" not in err, err
+
 def test_run_script_reports_a_language_model_failure_without_a_traceback(tmp_path, capsys):
     """A planning-function answer that cannot be used (here: its file is missing) ends
     run.py with exit code 1 and the reason, before any training."""

@@ -110,7 +110,7 @@ class MADDPGState(struct.PyTreeNode):
     env_steps: jax.Array
 
 
-def _check_config(cfg) -> None:
+def check_config(cfg) -> None:
     def bad(key, value, why):
         raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
 
@@ -148,7 +148,7 @@ class MADDPG:
     """The pieces of the MADDPG learner; ``learner()`` makes the ``Learner``."""
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        _check_config(cfg)
+        check_config(cfg)
         self.cfg, self.env, self.shaper = cfg, env, shaper
         self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
         self.env_steps_per_update = self.num_envs * self.num_steps

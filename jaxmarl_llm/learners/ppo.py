@@ -91,7 +91,7 @@ def grad_chunk_rows(configured: int | None, backend: str | None = None) -> int:
     return CPU_GRAD_CHUNK_ROWS if (backend or jax.default_backend()) == "cpu" else 0
 
 
-def _check_config(cfg) -> None:
+def check_config(cfg) -> None:
     if cfg.name not in ("ippo", "mappo"):
         raise ConfigError(f"ppo learner got algo.name={cfg.name!r}; valid: ippo, mappo")
     units = cfg.num_envs if cfg.recurrent else cfg.num_envs * cfg.num_steps
@@ -108,7 +108,7 @@ def _check_config(cfg) -> None:
 
 
 def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
-    _check_config(cfg)
+    check_config(cfg)
     centralized = cfg.name == "mappo"
     n, a = env.num_agents, env.num_actions
     T, E = cfg.num_steps, cfg.num_envs

@@ -150,7 +150,7 @@ def training_rewards(shaper: Shaper, shaper_params: Any, items: Transition, how:
     return team_reward(shaped_reward(shaper, shaper_params, batch), how)
 
 
-def _check_config(cfg) -> None:
+def check_config(cfg) -> None:
     def bad(key, value, why):
         raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
 
@@ -208,7 +208,7 @@ class QLearning:
     """
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        _check_config(cfg)
+        check_config(cfg)
         self.cfg, self.env, self.shaper = cfg, env, shaper
         self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
         self.env_steps_per_update = self.num_envs * self.num_steps

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from jaxmarl_llm.config import ConfigError
+
 
 class Feedback(Protocol):
     every: int  # updates between rounds
@@ -50,15 +52,20 @@ def check_feedback(
     the feedback has a ``validate(num_envs)``, one whose rounds would collect too little),
     before anything is compiled or trained."""
     if learner.collect is None:
-        raise ValueError(
-            f"online feedback needs a learner that can play its current policy; algo {algo!r} "
-            "has no collect (use ippo or mappo, or set the shaper's online rounds to 0)"
+        raise ConfigError(
+            f"bad value for config key 'algo.name': online feedback needs a learner that can "
+            f"play its current policy; algo {algo!r} has no collect (use ippo or mappo, or set "
+            "the shaper's online rounds to 0)"
         )
     if feedback.every % log_every:
-        raise ValueError(
-            f"online feedback every {feedback.every} updates must be a multiple of "
-            f"log_every={log_every} (feedback runs between chunks)"
+        raise ConfigError(
+            f"bad value for config key 'log_every': {log_every} does not divide the "
+            f"{feedback.every} updates between the shaper's online feedback rounds (rounds run "
+            "between chunks)"
         )
     validate = getattr(feedback, "validate", None)
     if validate is not None and num_envs is not None:
-        validate(num_envs)
+        try:
+            validate(num_envs)
+        except ValueError as e:
+            raise ConfigError(str(e)) from e

@@ -147,6 +147,7 @@ def test_run_script_reports_feedback_rounds_that_fall_inside_a_chunk(tmp_path, c
     assert err.startswith("config error: bad value for config key 'log_every': 10 does not "), err
     assert "divide the 15 updates between" in err and "Traceback" not in err, err
 
+
 def test_run_script_reports_a_language_model_failure_without_a_traceback(tmp_path, capsys):
     """A planning-function answer that cannot be used (here: its file is missing) ends
     run.py with exit code 1 and the reason, before any training."""

@@ -147,12 +147,17 @@ class QLearningConfig:
     gamma: float = 0.99
     td_lambda: float | None = None  # None: one-step targets; a float: TD(lambda) targets
     double_q: bool = True
+    # store each item's GRU carry at its first step and unroll the learner from it (R2D2's
+    # stored state); False: from zeros, so an item's first, partial episode starts cold
+    stored_hidden: bool = False
     eps_start: float = 1.0
     eps_finish: float = 0.05
     eps_decay: float = 0.1  # fraction of total_timesteps over which epsilon anneals
     # the budget eps_decay is a fraction of; None: total_timesteps. Set by extending a
     # finished run (resume=RUN_DIR algo.total_timesteps=MORE), so that the run keeps the
-    # epsilon schedule it started with
+    # epsilon schedule it started with, and by configs whose schedule must not change with
+    # the budget (a shorter run anneals over the same env steps; a longer one than this
+    # budget need not end its annealing)
     schedule_timesteps: int | None = None
     target_update_interval: int = 10  # updates between hard target copies (tau = 1)
     tau: float = 1.0

@@ -72,7 +72,7 @@ def test_unknown_config_name_lists_available():
 @pytest.mark.parametrize(
     "config, override, fragment",
     [
-        ("qmix_smax_3m", "algo.schedule_timesteps=1000000", "'algo.schedule_timesteps'"),
+        ("qmix_smax_3m", "algo.schedule_timesteps=0", "'algo.schedule_timesteps'"),
         ("maddpg_spread_3", "algo.tau=2", "'algo.tau'"),
         ("maddpg_lbf", "algo.batch_size=999999999", "'algo.batch_size'"),
         ("dpm_smax_3m", "algo.tau=0", "'algo.tau'"),

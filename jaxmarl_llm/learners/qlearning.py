@@ -4,7 +4,9 @@ Each update collects ``num_steps`` steps in each of ``num_envs`` auto-resetting 
 with epsilon-greedy (legal actions only), stores every env's ``num_steps`` steps as
 one buffer item, then takes ``updates_per_rollout`` gradient steps on batches of
 items. The GRU is unrolled over each sampled sequence from a zero carry and reset at
-episode starts (as in JaxMARL's QMIX). Rewards are shaped when a batch is sampled,
+episode starts (as in JaxMARL's QMIX); with ``stored_hidden`` it starts from the acting
+GRU's carry stored with the item (R2D2's stored state), so the item's first, partial
+episode is not read with a cold memory. Rewards are shaped when a batch is sampled,
 with the shaper parameters in the train state, so new shaper parameters re-score old
 transitions; the buffer holds env rewards only. An item does not store what follows
 its last step, so that step is trained on only when it ends an episode (see
@@ -97,6 +99,9 @@ class Transition:
     state: Any = None
     next_state: Any = None
     next_world_state: jax.Array | None = None  # [T, S]
+    # [N, H] the acting GRU carry before step 0, zeros where obs[0] starts an episode
+    # (stored with algo.stored_hidden only; the one leaf without a time axis)
+    hidden0: jax.Array | None = None
 
 
 class QLearningState(struct.PyTreeNode):
@@ -196,8 +201,8 @@ def check_config(cfg) -> None:
     if not 0.0 <= cfg.eps_decay <= 1.0:
         bad("eps_decay", cfg.eps_decay, "must be in [0, 1] (a fraction of total_timesteps)")
     schedule = getattr(cfg, "schedule_timesteps", None)
-    if schedule is not None and not 0 < schedule <= cfg.total_timesteps:
-        bad("schedule_timesteps", schedule, "must be null or in (0, total_timesteps]")
+    if schedule is not None and not schedule > 0:
+        bad("schedule_timesteps", schedule, "must be null (total_timesteps) or > 0")
 
 
 class QLearning:
@@ -217,6 +222,7 @@ class QLearning:
         self.gamma = float(cfg.gamma)
         self.td_lambda = None if cfg.td_lambda is None else float(cfg.td_lambda)
         self.double_q = bool(cfg.double_q)
+        self.stored_hidden = bool(getattr(cfg, "stored_hidden", False))
         self.team = _name(cfg.team_reward)
         self.needs = set(shaper.fields)
         self.epsilon = epsilon_schedule(cfg)
@@ -312,6 +318,7 @@ class QLearning:
                 if "next_world_state" in self.needs
                 else None
             ),
+            hidden0=jnp.zeros((n, self.hidden_dim)) if self.stored_hidden else None,
         )
 
     def buffer_nbytes(self) -> int:
@@ -332,8 +339,12 @@ class QLearning:
         """Masked TD loss on items ``[B, T, ...]``; returns (loss, q_mean)."""
         tm = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)  # time-major [T, B, ...]
         B = items.done.shape[0]
-        resets = jnp.concatenate([jnp.ones((1, B), bool), tm.done[:-1]], axis=0)
-        carry = jnp.zeros((B, self.env.num_agents, self.hidden_dim))
+        if self.stored_hidden:  # already zero where the item starts an episode
+            carry, first = items.hidden0, jnp.zeros((1, B), bool)
+        else:
+            carry = jnp.zeros((B, self.env.num_agents, self.hidden_dim))
+            first = jnp.ones((1, B), bool)
+        resets = jnp.concatenate([first, tm.done[:-1]], axis=0)
         _, q = self.agent_q(params["agent"], carry, tm.obs, resets)
         _, q_target = self.agent_q(target_params["agent"], carry, tm.obs, resets)
         chosen = jnp.take_along_axis(q, tm.actions[..., None], axis=-1)[..., 0]  # [T, B, N]
@@ -454,12 +465,14 @@ class QLearning:
 
     def update(self, state: QLearningState) -> tuple[QLearningState, dict]:
         eps = self.epsilon(state.env_steps)
+        hidden0 = jnp.where(state.first[:, None, None], 0.0, state.hidden)  # [E, N, H]
         state, (items, done, info) = jax.lax.scan(
             self._rollout_step, state, jnp.arange(self.num_steps)
         )
-        buffer_state = self.buffer.add(
-            state.buffer, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)
-        )
+        items = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)  # [E, T, ...]
+        if self.stored_hidden:
+            items = items.replace(hidden0=hidden0)
+        buffer_state = self.buffer.add(state.buffer, items)
         env_steps = state.env_steps + self.env_steps_per_update
         rng, r_learn = jax.random.split(state.rng)
         can_learn = self.buffer.can_sample(buffer_state) & (env_steps >= self.cfg.learning_starts)

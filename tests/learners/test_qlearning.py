@@ -181,6 +181,50 @@ def test_shaping_happens_at_sample_time(masked_run):
     assert float(after.shaper_params) == 2.0
 
 
+# ----- stored GRU state -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def stored_run():
+    """QMIX with ``stored_hidden`` on MPE spread (25-step episodes, 8-step items, so most
+    items start mid-episode): the train state before each of 5 jitted updates."""
+    env = envs.make_array_env("mpe:simple_spread_3")
+    cfg = small_cfg(num_envs=4, num_steps=8, buffer_size=64, batch_size=8, hidden_dim=8,
+                    stored_hidden=True)  # fmt: skip
+    q = QLearning(cfg, env, identity_shaper())
+    update = jax.jit(q.update)
+    states = [jax.jit(q.init)(jax.random.PRNGKey(0))]
+    for _ in range(5):
+        states.append(update(states[-1])[0])
+    return q, states
+
+
+def test_stored_hidden_is_the_acting_carry_at_each_items_start(stored_run):
+    q, states = stored_run
+    stored = np.asarray(states[-1].buffer.experience.hidden0)[0]  # [buffer, N, H]
+    assert stored.shape == (64, 3, 8)
+    for k, before in enumerate(states[:-1]):  # update k added items 4k .. 4k+3
+        first = np.asarray(before.first)[:, None, None]
+        expected = np.where(first, 0.0, np.asarray(before.hidden))
+        np.testing.assert_allclose(stored[4 * k : 4 * k + 4], expected, rtol=1e-6)
+    assert not stored[:4].any()  # the first items start episodes: a zero carry
+    assert np.abs(stored[4:20]).min(axis=(1, 2)).max() > 0  # later ones start mid-episode
+
+
+def test_stored_hidden_changes_the_loss_only_through_the_carry(stored_run):
+    q, states = stored_run
+    plain = QLearning(dataclasses.replace(q.cfg, stored_hidden=False), q.env, identity_shaper())
+    state = states[-1]
+    items = q.sample(state, jax.random.PRNGKey(2))
+    assert np.abs(np.asarray(items.hidden0)).sum() > 0
+    args = (state.params, state.target_params)
+    loss_stored = float(jax.jit(q.loss)(*args, items, state.shaper_params)[0])
+    loss_plain = float(jax.jit(plain.loss)(*args, items, state.shaper_params)[0])
+    cold = items.replace(hidden0=jnp.zeros_like(items.hidden0))
+    loss_cold = float(q.loss(*args, cold, state.shaper_params)[0])  # without jit
+    # a zero stored carry is the plain learner's cold start; the real one differs
+    np.testing.assert_allclose(loss_cold, loss_plain, rtol=1e-5)
+    assert abs(loss_stored - loss_plain) > 1e-6 * max(1.0, abs(loss_plain))
+
+
 # ----- SMAX -------------------------------------------------------------------------------
 @pytest.mark.skipif("smax:3m" not in envs.names(), reason="smax:3m is not registered")
 def test_smax_masked_actions_never_chosen():
@@ -225,6 +269,13 @@ def test_epsilon_schedule():
     np.testing.assert_allclose(
         [float(extended(t)) for t in (0, 250, 500, 3000)], [1.0, 0.55, 0.1, 0.1], rtol=1e-6
     )
+    # a run shorter than the schedule's budget anneals over the same env steps
+    shorter = epsilon_schedule(
+        dataclasses.replace(cfg, total_timesteps=400, schedule_timesteps=1000)
+    )
+    np.testing.assert_allclose(
+        [float(shorter(t)) for t in (0, 250, 400)], [1.0, 0.55, 0.28], rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize(
@@ -263,8 +314,9 @@ def test_omegaconf_config_and_learner_sizes():
     [
         {"param_sharing": "per_agent", "td_lambda": 0.8, "optimizer": "rmsprop", "tau": 0.5},
         {"name": "vdn", "double_q": False, "agent_ids": False, "lr_linear_decay": True},
+        {"name": "qplex", "stored_hidden": True},
     ],
-    ids=["per-agent-lambda-rmsprop-polyak", "vdn-no-double-q-no-ids"],
+    ids=["per-agent-lambda-rmsprop-polyak", "vdn-no-double-q-no-ids", "qplex-stored-hidden"],
 )
 def test_variants_trace(kw):
     """Variants trace to an update that maps the train state to itself (no compile)."""

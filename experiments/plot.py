@@ -35,9 +35,9 @@ def parse_runs(items: list[str]) -> dict[str, Path]:
 
 def missing_files(runs: dict[str, Path], metric: str) -> list[str]:
     """What each run lacks for ``metric``: its CSV, or the metric's per-seed columns."""
-    from jaxmarl_llm.plotting import load_metrics, seed_columns
+    from jaxmarl_llm.plotting import load_metrics, metrics_file, seed_columns
 
-    source = "eval.csv" if metric.startswith("eval_") else "metrics.csv"
+    source = metrics_file(metric)
     problems = []
     for label, run_dir in runs.items():
         csv = run_dir / source

@@ -82,6 +82,12 @@ def plot_run(
     return plot_curves(runs, run_dir / filename, ylabel=metric.replace("_", " "), title=label)
 
 
+def metrics_file(metric: str) -> str:
+    """The run-folder CSV holding ``metric``: ``eval.csv`` for the greedy evaluations'
+    ``eval_*`` metrics, ``metrics.csv`` for the rest."""
+    return "eval.csv" if metric.startswith("eval_") else "metrics.csv"
+
+
 def plot_runs(
     run_dirs: dict[str, str | Path], out_path: str | Path, metric: str = "episode_return", title=""
 ) -> Path:
@@ -89,7 +95,7 @@ def plot_runs(
     named ``eval_*`` (``eval_return``, ``eval_win_rate``) is read from each run's greedy
     evaluations, ``eval.csv``; any other from ``metrics.csv``. A run without the metric
     is left out of the plot."""
-    source = "eval.csv" if metric.startswith("eval_") else "metrics.csv"
+    source = metrics_file(metric)
     runs = {}
     for label, d in run_dirs.items():
         header, data = load_metrics(Path(d) / source)

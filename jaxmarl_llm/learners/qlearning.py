@@ -222,7 +222,7 @@ class QLearning:
         self.gamma = float(cfg.gamma)
         self.td_lambda = None if cfg.td_lambda is None else float(cfg.td_lambda)
         self.double_q = bool(cfg.double_q)
-        self.stored_hidden = bool(getattr(cfg, "stored_hidden", False))
+        self.stored_hidden = bool(cfg.stored_hidden)
         self.team = _name(cfg.team_reward)
         self.needs = set(shaper.fields)
         self.epsilon = epsilon_schedule(cfg)
@@ -465,13 +465,15 @@ class QLearning:
 
     def update(self, state: QLearningState) -> tuple[QLearningState, dict]:
         eps = self.epsilon(state.env_steps)
-        hidden0 = jnp.where(state.first[:, None, None], 0.0, state.hidden)  # [E, N, H]
+        # the carry each item starts from, zero where its first obs starts an episode
+        hidden0 = (
+            jnp.where(state.first[:, None, None], 0.0, state.hidden) if self.stored_hidden else None
+        )  # [E, N, H]
         state, (items, done, info) = jax.lax.scan(
             self._rollout_step, state, jnp.arange(self.num_steps)
         )
         items = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)  # [E, T, ...]
-        if self.stored_hidden:
-            items = items.replace(hidden0=hidden0)
+        items = items.replace(hidden0=hidden0)
         buffer_state = self.buffer.add(state.buffer, items)
         env_steps = state.env_steps + self.env_steps_per_update
         rng, r_learn = jax.random.split(state.rng)

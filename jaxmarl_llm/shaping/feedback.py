@@ -54,8 +54,8 @@ def check_feedback(
     if learner.collect is None:
         raise ConfigError(
             f"bad value for config key 'algo.name': online feedback needs a learner that can "
-            f"play its current policy; algo {algo!r} has no collect (use ippo or mappo, or set "
-            "the shaper's online rounds to 0)"
+            f"play its current policy; algo {algo!r} has no collect (use ippo, mappo, qmix, "
+            "vdn or qplex, or set the shaper's online rounds to 0)"
         )
     if feedback.every % log_every:
         raise ConfigError(

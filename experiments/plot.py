@@ -5,7 +5,9 @@
         --metric eval_win_rate --out win_rate.png --title "SMAX 3m"
 
 Each argument is a run folder, or ``LABEL=RUN_DIR`` to name its line (the folder's name
-otherwise). One line per run: the mean over its seeds, with a min-max band. ``--metric``
+otherwise). One line per label: the mean over its seeds, with a min-max band. A label
+given to several folders pools their seeds (one config run with ``seed=0`` and ``seed=3``:
+``"DPM=runs/a" "DPM=runs/b"``), at the env steps every one of them logged. ``--metric``
 names a per-seed column of ``metrics.csv`` (``episode_return``, ``win_rate``, ``loss``...)
 or of the greedy evaluations' ``eval.csv`` (``eval_return``, ``eval_win_rate``).
 """
@@ -20,31 +22,42 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def parse_runs(items: list[str]) -> dict[str, Path]:
-    """``LABEL=RUN_DIR`` or ``RUN_DIR`` arguments as ``{label: run_dir}``, in order."""
-    runs: dict[str, Path] = {}
+def parse_runs(items: list[str]) -> dict[str, list[Path]]:
+    """``LABEL=RUN_DIR`` or ``RUN_DIR`` arguments as ``{label: [run_dir, ...]}``, in
+    order; folders given the same explicit label share it (their seeds are pooled)."""
+    runs: dict[str, list[Path]] = {}
+    named: set[str] = set()
     for item in items:
         label, sep, path = item.rpartition("=")
         run_dir = Path(path if sep else item)
-        label = label if sep and label else run_dir.name
-        if label in runs:
-            raise ValueError(f"two runs are labelled {label!r}: give one a LABEL=RUN_DIR label")
-        runs[label] = run_dir
+        explicit = bool(sep and label)
+        label = label if explicit else run_dir.name
+        if label in runs and not (explicit and label in named):
+            raise ValueError(
+                f"two runs are labelled {label!r}: give one a LABEL=RUN_DIR label "
+                "(the same LABEL on both pools their seeds)"
+            )
+        if run_dir in runs.get(label, []):
+            raise ValueError(f"{run_dir} is given twice under {label!r}")
+        runs.setdefault(label, []).append(run_dir)
+        if explicit:
+            named.add(label)
     return runs
 
 
-def missing_files(runs: dict[str, Path], metric: str) -> list[str]:
+def missing_files(runs: dict[str, list[Path]], metric: str) -> list[str]:
     """What each run lacks for ``metric``: its CSV, or the metric's per-seed columns."""
     from jaxmarl_llm.plotting import load_metrics, metrics_file, seed_columns
 
     source = metrics_file(metric)
     problems = []
-    for label, run_dir in runs.items():
-        csv = run_dir / source
-        if not csv.is_file():
-            problems.append(f"{label}: no {csv}")
-        elif not seed_columns(load_metrics(csv)[0], metric):
-            problems.append(f"{label}: {csv} has no per-seed {metric!r} columns")
+    for label, run_dirs in runs.items():
+        for run_dir in run_dirs:
+            csv = run_dir / source
+            if not csv.is_file():
+                problems.append(f"{label}: no {csv}")
+            elif not seed_columns(load_metrics(csv)[0], metric):
+                problems.append(f"{label}: {csv} has no per-seed {metric!r} columns")
     return problems
 
 
@@ -67,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from jaxmarl_llm.plotting import plot_runs
 
-    out = plot_runs(runs, args.out, metric=args.metric, title=args.title)
+    try:
+        out = plot_runs(runs, args.out, metric=args.metric, title=args.title)
+    except ValueError as e:  # folders pooled under one label that share no logged step
+        p.error(f"cannot plot {args.metric}: {e}")
     print(out)
     return 0
 

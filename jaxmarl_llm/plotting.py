@@ -89,17 +89,38 @@ def metrics_file(metric: str) -> str:
 
 
 def plot_runs(
-    run_dirs: dict[str, str | Path], out_path: str | Path, metric: str = "episode_return", title=""
+    run_dirs: dict[str, str | Path | list[str | Path]],
+    out_path: str | Path,
+    metric: str = "episode_return",
+    title="",
 ) -> Path:
     """Several run folders in one plot (e.g. a method against its baselines). A metric
     named ``eval_*`` (``eval_return``, ``eval_win_rate``) is read from each run's greedy
-    evaluations, ``eval.csv``; any other from ``metrics.csv``. A run without the metric
+    evaluations, ``eval.csv``; any other from ``metrics.csv``. A label may name a list of
+    folders (one config run several times with different ``seed``): their seeds are
+    pooled into one line, at the env steps every folder logged. A run without the metric
     is left out of the plot."""
     source = metrics_file(metric)
     runs = {}
-    for label, d in run_dirs.items():
-        header, data = load_metrics(Path(d) / source)
-        cols = seed_columns(header, metric)
-        if cols:
-            runs[label] = (data["env_steps"], np.stack([data[c] for c in cols], axis=1))
+    for label, dirs in run_dirs.items():
+        pooled = []
+        for d in dirs if isinstance(dirs, list) else [dirs]:
+            header, data = load_metrics(Path(d) / source)
+            cols = seed_columns(header, metric)
+            if cols:
+                pooled.append((data["env_steps"], np.stack([data[c] for c in cols], axis=1)))
+        if pooled:
+            runs[label] = pool_seeds(pooled)
     return plot_curves(runs, out_path, ylabel=metric.replace("_", " "), title=title)
+
+
+def pool_seeds(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(env_steps [U], values [U, seeds])`` of several runs as one, side by side in the
+    seed axis, at the env steps all of them have."""
+    steps = runs[0][0]
+    for other, _ in runs[1:]:
+        steps = np.intersect1d(steps, other)
+    if len(runs) > 1 and steps.size == 0:
+        raise ValueError("the runs to pool have no env-step count in common")
+    values = [v[np.searchsorted(s, steps)] for s, v in runs]
+    return steps, np.concatenate(values, axis=1)

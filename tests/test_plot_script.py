@@ -56,9 +56,34 @@ def test_the_script_draws_labelled_and_unlabelled_runs(tmp_path, capsys):
 
 def test_parse_runs_labels_by_folder_name_unless_given():
     runs = _script().parse_runs(["runs/a", "QMIX, lr=1e-3=runs/b"])
-    assert [(k, str(v)) for k, v in runs.items()] == [("a", "runs/a"), ("QMIX, lr=1e-3", "runs/b")]
+    assert [(k, list(map(str, v))) for k, v in runs.items()] == [
+        ("a", ["runs/a"]),
+        ("QMIX, lr=1e-3", ["runs/b"]),
+    ]
     with pytest.raises(ValueError, match="two runs are labelled 'a'"):
         _script().parse_runs(["runs/a", "x/a"])
+    with pytest.raises(ValueError, match="two runs are labelled 'a'"):
+        _script().parse_runs(["runs/a", "a=x/b"])
+    with pytest.raises(ValueError, match="given twice under 'A'"):
+        _script().parse_runs(["A=runs/a", "A=runs/a"])
+
+
+def test_one_label_on_several_folders_pools_their_seeds_at_common_steps(tmp_path, monkeypatch):
+    a = _run(tmp_path / "a", [(0.1, 0.2)], [(0.25, 0.75), (1.0, 0.5), (0.0, 0.0)])
+    b = _run(tmp_path / "b", [(0.1, 0.2)], [(0.5, 0.0), (0.5, 1.0)])
+    runs = _script().parse_runs([f"DPM={a}", f"DPM={b}"])
+    assert list(runs) == ["DPM"] and runs["DPM"] == [a, b]
+    seen = {}
+
+    def capture(curves, out_path, **kwargs):
+        seen.update(curves)
+        return out_path
+
+    monkeypatch.setattr(plotting, "plot_curves", capture)
+    plotting.plot_runs(runs, tmp_path / "x.png", metric="eval_win_rate")
+    steps, values = seen["DPM"]
+    np.testing.assert_array_equal(steps, [1000, 2000])  # b has no evaluation at 3000
+    np.testing.assert_array_equal(values, [[0.25, 0.75, 0.5, 0.0], [1.0, 0.5, 0.5, 1.0]])
 
 
 def test_a_run_without_the_metric_is_refused_by_name_and_nothing_is_written(tmp_path, capsys):
@@ -71,4 +96,17 @@ def test_a_run_without_the_metric_is_refused_by_name_and_nothing_is_written(tmp_
     err = capsys.readouterr().err
     assert "a: " in err and "has no per-seed 'eval_return' columns" in err
     assert f"b: no {tmp_path / 'b' / 'eval.csv'}" in err
+    assert not out.exists()
+
+
+def test_pooled_folders_without_a_common_step_are_refused(tmp_path, capsys):
+    a = _run(tmp_path / "a", [(0.1, 0.2)], [(0.25, 0.75)])
+    b = _run(tmp_path / "b", [(0.1, 0.2)], [(0.5, 0.0)])
+    rows = (b / "eval.csv").read_text().replace("\n0,1000,", "\n0,1500,")
+    (b / "eval.csv").write_text(rows)
+    out = tmp_path / "x.png"
+    with pytest.raises(SystemExit) as e:
+        _script().main([f"A={a}", f"A={b}", "--metric", "eval_win_rate", "--out", str(out)])
+    assert e.value.code == 2
+    assert "no env-step count in common" in capsys.readouterr().err
     assert not out.exists()

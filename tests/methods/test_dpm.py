@@ -93,20 +93,23 @@ def test_reward_net_has_one_linear_encoder_per_input():
         model.apply_agents(params, x[..., :15])
 
 
-def _tiny(tmp_path, *over, rounds=2):
+TINY_QMIX = {
+    "name": "qmix",
+    "num_envs": 4,
+    "num_steps": 16,
+    "total_timesteps": 4 * 16 * 6,
+    "learning_starts": 64,
+    "batch_size": 4,
+    "buffer_size": 32,
+    "hidden_dim": 16,
+}
+
+
+def _tiny(tmp_path, *over, rounds=2, algo=TINY_QMIX):
     raw = {
         "name": "dpm_tiny",
         "env": {"name": "smax:3m", "kwargs": {"reward": "strong_sparse", "max_steps": 40}},
-        "algo": {
-            "name": "qmix",
-            "num_envs": 4,
-            "num_steps": 16,
-            "total_timesteps": 4 * 16 * 6,
-            "learning_starts": 64,
-            "batch_size": 4,
-            "buffer_size": 32,
-            "hidden_dim": 16,
-        },
+        "algo": algo,
         "shaping": {
             "name": "dpm",
             "kwargs": {
@@ -190,6 +193,36 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
     for r, f in zip(rows, full, strict=True):
         for key in ("intrinsic_per_agent_step_std", "member_std_per_agent_step"):
             assert f[key] == pytest.approx(2 * r[key], rel=1e-4)
+
+
+def test_dpm_under_mappo_refits_and_pays_its_reward_in_the_rollout(tmp_path):
+    """DPM's loop under an on-policy learner: rounds collect with MAPPO's ``collect``, and
+    after the first refit the rollouts' rewards carry the intrinsic reward (the strong
+    sparse env reward is 0 on every step but a win's last)."""
+    mappo = {
+        "name": "mappo",
+        "num_envs": 4,
+        "num_steps": 16,
+        "total_timesteps": 4 * 16 * 6,
+        "update_epochs": 1,
+        "num_minibatches": 1,
+        "hidden_sizes": [16],
+        "activation": "relu",
+    }
+    result = run_experiment(_tiny(tmp_path / "run", algo=mappo))
+    assert type(result.state).__name__ == "PPOState"  # MAPPO trained, not QMIX
+    rounds = json.loads((result.run_dir / "feedback.json").read_text())
+    assert sorted(rounds) == ["0", "1"]
+    assert all(r["labels"]["trajectory"] == 2 * 5 for r in rounds.values())
+    assert np.all(np.asarray(result.state.shaper_params.scale) > 0)
+    with (result.run_dir / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        reward, won = float(r["reward_mean"]), float(r["win_rate"]) > 0
+        if int(r["update"]) <= 2 and not won:  # before the first round: the env's zeros
+            assert reward == 0.0
+    after = [r for r in rows if int(r["update"]) > 2 and not float(r["win_rate"]) > 0]
+    assert after and all(float(r["reward_mean"]) != 0.0 for r in after)
 
 
 def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(tmp_path):

@@ -39,7 +39,10 @@ What SMAX cannot express, and how it differs from SMAC on StarCraft II:
   ``world_state="normalized"`` keeps that layout with SMAC's scales (positions about the
   map centre in [-1, 1], cooldowns as a fraction of the unit type's, type ids / 5); it
   reaches every consumer of the world state (QMIX's mixer, MAPPO's critic, DPM's
-  reward model).
+  reward model). ``state_last_action=True`` appends each ally's last action one-hot
+  (``num_allies x (num_enemies + 5)``, all zero at reset and for dead allies), as
+  PyMARL's SMAC config does by default (``state_last_action``); jaxmarl's state leaves it
+  out.
 * Reward: enemy health fraction removed per step divided by the number of enemies,
   plus 1 for a win, so a perfect episode returns about 2 (SMAC scales to 20). That is the
   ``reward="dense"`` setting; ``reward="weak_sparse"`` and ``reward="strong_sparse"`` are
@@ -111,7 +114,13 @@ class RewardSettingSMAX(HeuristicEnemySMAX):
     """SMAX with the heuristic enemy, a reward setting of DPM's Table 1 and a choice of
     world-state scaling (``world_state="raw"``: jaxmarl's; ``"normalized"``: SMAC's)."""
 
-    def __init__(self, reward: str = "dense", world_state: str = "raw", **kwargs):
+    def __init__(
+        self,
+        reward: str = "dense",
+        world_state: str = "raw",
+        state_last_action: bool = False,
+        **kwargs,
+    ):
         if reward not in REWARD_SETTINGS:
             raise ValueError(f"unknown SMAX reward setting {reward!r}; valid: {REWARD_SETTINGS}")
         if world_state not in WORLD_STATE_SCALINGS:
@@ -121,6 +130,7 @@ class RewardSettingSMAX(HeuristicEnemySMAX):
         super().__init__(**kwargs)
         self.reward_setting = reward
         self.world_state_scaling = world_state
+        self.state_last_action = bool(state_last_action)
 
     def step_env(self, key, state, actions, **kwargs):
         obs, next_state, rewards, dones, infos = super().step_env(key, state, actions, **kwargs)
@@ -159,8 +169,32 @@ def smax_world_state(env, env_state, obs) -> jax.Array:
     smax = getattr(env, "_env", env)  # the SMAX inside HeuristicEnemySMAX
     inner = _inner_state(env_state)
     if getattr(env, "world_state_scaling", "raw") == "normalized":
-        return _normalized_world_state(smax, inner)
-    return smax.get_world_state(inner).astype(jnp.float32)
+        state = _normalized_world_state(smax, inner)
+    else:
+        state = smax.get_world_state(inner).astype(jnp.float32)
+    if getattr(env, "state_last_action", False):
+        state = jnp.concatenate([state, _last_ally_actions(smax, inner).reshape(-1)])
+    return state
+
+
+def _last_ally_actions(smax, state) -> jax.Array:
+    """Each ally's last discrete action one-hot, ``[num_allies, num_enemies + 5]``, from
+    what SMAX keeps of it: the decoded move (a unit vector; zero for stop or an attack) and
+    the attack action (0 unless the action was an attack). All zero at reset (step 0) and
+    for dead allies."""
+    n, moves = smax.num_allies, smax.num_movement_actions
+    directions = smax._decode_discrete_actions(jnp.arange(moves - 1))[0]  # [4, 2]
+    movement = state.prev_movement_actions[:n]
+    attack = state.prev_attack_actions[:n]
+    moved = jnp.linalg.norm(movement, axis=-1) > 0.5
+    action = jnp.where(
+        attack > 0,
+        attack,
+        jnp.where(moved, jnp.argmax(movement @ directions.T, axis=-1), moves - 1),
+    )
+    one_hot = jax.nn.one_hot(action, smax.num_ally_actions, dtype=jnp.float32)
+    keep = state.unit_alive[:n] & (state.step > 0)
+    return jnp.where(keep[:, None], one_hot, 0.0)
 
 
 def _normalized_world_state(smax, state) -> jax.Array:

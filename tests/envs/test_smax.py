@@ -241,6 +241,38 @@ def test_normalized_world_state_rescales_jaxmarls(jit):
         envs.make("smax:3m", world_state="scaled")
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_state_last_action_appends_each_allys_last_action_one_hot(jit):
+    """PyMARL's ``state_last_action``: rebuilt from the decoded move and attack SMAX keeps."""
+    plain = envs.make_array_env("smax:3m")
+    last = envs.make_array_env("smax:3m", state_last_action=True)
+    n, k = 3, 3 + 5
+    assert last.world_state_dim == plain.world_state_dim + n * k
+    world_state = jax.jit(last.world_state) if jit else last.world_state
+    obs, state = last.reset(jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(world_state(state, obs)[-n * k :], 0)  # at reset
+    inner = state.env_state.state
+    # moves, stop and attacks (taken or not: the action is what the state records)
+    for actions in ([0, 1, 5 + 2], [2, STOP, 3], [STOP, 6, 1]):
+        r = last.step(jax.random.PRNGKey(1), state, jnp.asarray(actions, jnp.int32))
+        ws = np.asarray(world_state(r.state, r.obs))
+        np.testing.assert_array_equal(
+            ws[: plain.world_state_dim], plain.world_state(r.state, r.obs)
+        )
+        alive = np.asarray(r.state.env_state.state.unit_alive[:n])
+        expected = np.eye(k)[actions] * alive[:, None]
+        np.testing.assert_array_equal(ws[plain.world_state_dim :].reshape(n, k), expected)
+    dead = _with_units(
+        state,
+        unit_alive=inner.unit_alive.at[1].set(False),
+        unit_health=inner.unit_health.at[1].set(0),
+    )
+    r = last.step(jax.random.PRNGKey(1), dead, jnp.asarray([0, 1, 2], jnp.int32))
+    ws = np.asarray(world_state(r.state, r.obs))[plain.world_state_dim :].reshape(n, k)
+    np.testing.assert_array_equal(ws[1], 0)
+    np.testing.assert_array_equal(ws[[0, 2]], np.eye(k)[[0, 2]])
+
+
 EAST = 1
 
 

@@ -93,11 +93,10 @@ def test_reward_net_has_one_linear_encoder_per_input():
         model.apply_agents(params, x[..., :15])
 
 
+TINY_ROLLOUT = {"num_envs": 4, "num_steps": 16, "total_timesteps": 4 * 16 * 6}  # 6 updates
 TINY_QMIX = {
     "name": "qmix",
-    "num_envs": 4,
-    "num_steps": 16,
-    "total_timesteps": 4 * 16 * 6,
+    **TINY_ROLLOUT,
     "learning_starts": 64,
     "batch_size": 4,
     "buffer_size": 32,
@@ -201,9 +200,7 @@ def test_dpm_under_mappo_refits_and_pays_its_reward_in_the_rollout(tmp_path):
     sparse env reward is 0 on every step but a win's last)."""
     mappo = {
         "name": "mappo",
-        "num_envs": 4,
-        "num_steps": 16,
-        "total_timesteps": 4 * 16 * 6,
+        **TINY_ROLLOUT,
         "update_epochs": 1,
         "num_minibatches": 1,
         "hidden_sizes": [16],

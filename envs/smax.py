@@ -131,6 +131,9 @@ class RewardSettingSMAX(HeuristicEnemySMAX):
         self.reward_setting = reward
         self.world_state_scaling = world_state
         self.state_last_action = bool(state_last_action)
+        if self.state_last_action:  # the vector SMAX records for each move 0-3, to read it back
+            moves = jnp.arange(self._env.num_movement_actions - 1)
+            self.move_directions = np.asarray(self._env._decode_discrete_actions(moves)[0])
 
     def step_env(self, key, state, actions, **kwargs):
         obs, next_state, rewards, dones, infos = super().step_env(key, state, actions, **kwargs)
@@ -173,17 +176,17 @@ def smax_world_state(env, env_state, obs) -> jax.Array:
     else:
         state = smax.get_world_state(inner).astype(jnp.float32)
     if getattr(env, "state_last_action", False):
-        state = jnp.concatenate([state, _last_ally_actions(smax, inner).reshape(-1)])
+        last = _last_ally_actions(smax, inner, env.move_directions)
+        state = jnp.concatenate([state, last.reshape(-1)])
     return state
 
 
-def _last_ally_actions(smax, state) -> jax.Array:
+def _last_ally_actions(smax, state, directions: np.ndarray) -> jax.Array:
     """Each ally's last discrete action one-hot, ``[num_allies, num_enemies + 5]``, from
     what SMAX keeps of it: the decoded move (a unit vector; zero for stop or an attack) and
     the attack action (0 unless the action was an attack). All zero at reset (step 0) and
-    for dead allies."""
+    for dead allies. ``directions``: the vector recorded for each move action, ``[4, 2]``."""
     n, moves = smax.num_allies, smax.num_movement_actions
-    directions = smax._decode_discrete_actions(jnp.arange(moves - 1))[0]  # [4, 2]
     movement = state.prev_movement_actions[:n]
     attack = state.prev_attack_actions[:n]
     moved = jnp.linalg.norm(movement, axis=-1) > 0.5

@@ -18,12 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main(argv=None) -> dict:
+    from jaxmarl_llm.learners.registry import algo_names
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--env", default="two_switch")
     p.add_argument(
-        "--algo", default="ippo", choices=["ippo", "mappo", "qmix", "vdn", "qplex", "maddpg"]
+        "--algo", default="ippo", choices=algo_names()
     )
     p.add_argument("--shaper", default="lca")
     p.add_argument("--num-envs", type=int, default=256)

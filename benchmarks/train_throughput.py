@@ -20,11 +20,13 @@ import numpy as np
 
 
 def main(argv=None) -> dict:
+    from jaxmarl_llm.learners.registry import algo_names
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
-        "--algo", default="ippo", choices=["ippo", "mappo", "qmix", "vdn", "qplex", "maddpg"]
+        "--algo", default="ippo", choices=algo_names()
     )
     p.add_argument("--env", default="mpe:simple_spread_3")
     p.add_argument("--num-envs", type=int, default=1024)

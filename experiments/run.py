@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from jaxmarl_llm.config import ConfigError, available_configs, load_config, to_yaml
+    from jaxmarl_llm.config import available_configs, load_config, to_yaml
+    from jaxmarl_llm.errors import ConfigError, RunError
 
     if args.list or not args.name:
         import envs
@@ -46,10 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         print(to_yaml(cfg))
         return 0
 
-    from jaxmarl_llm.lm.backend import BackendError
-    from jaxmarl_llm.lm.gemma.weights import GemmaWeightsError
-    from jaxmarl_llm.lm.store import CacheMiss
-    from jaxmarl_llm.methods.yolo.shaper import NoUsablePlan
     from jaxmarl_llm.runner import run_experiment
 
     try:
@@ -57,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    except (BackendError, GemmaWeightsError, CacheMiss, NoUsablePlan) as e:
-        # the language-model side failed: a missing weights file, an endpoint that stays
-        # down, a replay without the answer, a model whose code the sandbox refused
+    except RunError as e:
+        # e.g. a missing weights file, an endpoint that stays down, a replay without the
+        # answer, a model whose code the sandbox refused
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(json.dumps(result.summary, indent=2))

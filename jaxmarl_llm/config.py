@@ -17,46 +17,20 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from jaxmarl_llm.learners.networks import ParamSharing
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners.registry import algo_spec
+from jaxmarl_llm.learners.registry import check_config as check_algo_config
 from jaxmarl_llm.shaping.base import CombineMode
 
+__all__ = ["ConfigError", "build_config", "load_config", "to_yaml"]
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
-
-
-class ConfigError(ValueError):
-    """A config file or override is wrong; the message names the key."""
-
-
-class Activation(str, Enum):
-    tanh = "tanh"
-    relu = "relu"
-    gelu = "gelu"
 
 
 class WandbMode(str, Enum):
     disabled = "disabled"
     offline = "offline"
     online = "online"
-
-
-class TeamReward(str, Enum):
-    sum = "sum"
-    mean = "mean"
-    first = "first"
-
-
-class CriticReward(str, Enum):
-    """What MADDPG's critic ``i`` learns: agent ``i``'s own reward or the team's."""
-
-    none = "none"
-    sum = "sum"
-    mean = "mean"
-
-
-class Mixer(str, Enum):
-    qmix = "qmix"
-    vdn = "vdn"
-    qplex = "qplex"
 
 
 @dataclass
@@ -88,124 +62,6 @@ class EvalConfig:
     every: int = 0  # chunks (of log_every updates) between evaluations; 0: never
     episodes: int = 32  # per seed, one per parallel env (PyMARL's test_nepisode)
     max_steps: int = 1000  # step cap; an episode still running then is left out
-
-
-@dataclass
-class PPOConfig:
-    """IPPO / MAPPO. Defaults are the common PPO setting (CleanRL/PureJaxRL/JaxMARL)."""
-
-    name: str = "ippo"
-    total_timesteps: int = 1_000_000
-    num_envs: int = 16
-    num_steps: int = 128
-    lr: float = 2.5e-4
-    anneal_lr: bool = True
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    clip_value: bool = True
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: Activation = Activation.tanh
-    recurrent: bool = False
-    gru_hidden_dim: int = 128
-    param_sharing: ParamSharing = ParamSharing.shared
-    agent_ids: bool = True
-    normalize_advantages: bool = True
-    # EPyMARL's standardise_rewards: training rewards (env + shaping) minus their running
-    # mean, over their running std, before GAE (its MAPPO/IPPO default on LBF)
-    standardize_rewards: bool = False
-    # Agent-rows per gradient chunk: each minibatch's gradient is accumulated over
-    # chunks of about this size: the same gradient, but activations stay in cache (a
-    # 98k-row forward+backward of the 64-64 actor-critic: 143 -> 73 ms on a 2-core CPU).
-    # 0 = the whole minibatch at once. null = by backend: 8192 on CPU, 0 on GPU/TPU,
-    # where chunking serializes the step (IPPO on MPE at 65,536 envs on an H200:
-    # 5.0M env steps/s chunked vs 28.5M whole).
-    grad_chunk_rows: int | None = None
-
-
-@dataclass
-class QLearningConfig:
-    """QMIX / VDN (one learner, the mixer is a parameter) with GRU agents."""
-
-    name: str = "qmix"
-    total_timesteps: int = 1_000_000
-    num_envs: int = 8
-    num_steps: int = 128  # env steps per env collected per update (one buffer item)
-    buffer_size: int = 5_000  # buffer capacity in items of num_steps transitions
-    batch_size: int = 32  # items per gradient step
-    learning_starts: int = 10_000  # env steps before the first gradient step
-    updates_per_rollout: int = 4  # gradient steps per update
-    lr: float = 5e-3
-    lr_linear_decay: bool = False
-    optimizer: str = "adam"
-    max_grad_norm: float = 10.0
-    gamma: float = 0.99
-    td_lambda: float | None = None  # None: one-step targets; a float: TD(lambda) targets
-    double_q: bool = True
-    # store each item's GRU carry at its first step and unroll the learner from it (R2D2's
-    # stored state); False: from zeros, so an item's first, partial episode starts cold
-    stored_hidden: bool = False
-    eps_start: float = 1.0
-    eps_finish: float = 0.05
-    eps_decay: float = 0.1  # fraction of total_timesteps over which epsilon anneals
-    # the budget eps_decay is a fraction of; None: total_timesteps. Set by extending a
-    # finished run (resume=RUN_DIR algo.total_timesteps=MORE), so that the run keeps the
-    # epsilon schedule it started with, and by configs whose schedule must not change with
-    # the budget (a shorter run anneals over the same env steps; a longer one than this
-    # budget need not end its annealing)
-    schedule_timesteps: int | None = None
-    target_update_interval: int = 10  # updates between hard target copies (tau = 1)
-    tau: float = 1.0
-    hidden_dim: int = 64
-    mixer_embed_dim: int = 32
-    mixer_hypernet_dim: int = 64
-    # gain of the QMIX hypernetworks' orthogonal init (JaxMARL's MIXER_INIT_SCALE): small, so
-    # Q_tot starts near 0 even on unnormalised world states (SMAX positions run to 32)
-    mixer_init_scale: float = 0.001
-    param_sharing: ParamSharing = ParamSharing.shared
-    agent_ids: bool = True
-    team_reward: TeamReward = TeamReward.sum
-
-
-@dataclass
-class MADDPGConfig:
-    """MADDPG with Gumbel-softmax actors and centralized critics (EPyMARL's settings)."""
-
-    name: str = "maddpg"
-    total_timesteps: int = 1_000_000
-    num_envs: int = 16
-    num_steps: int = 8  # env steps per env collected per update
-    buffer_size: int = 200_000  # transitions
-    batch_size: int = 256  # transitions per gradient step
-    learning_starts: int = 10_000  # env steps before the first gradient step
-    updates_per_rollout: int = 1  # gradient steps per update
-    actor_lr: float = 5e-4
-    critic_lr: float = 5e-4
-    max_grad_norm: float = 10.0
-    gamma: float = 0.99
-    tau: float = 0.01  # Polyak factor of the target networks, every gradient step
-    temperature: float = 1.0  # Gumbel-softmax temperature
-    actor_reg: float = 1e-3  # weight of the mean squared logit in the actor loss
-    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
-    activation: Activation = Activation.relu
-    param_sharing: ParamSharing = ParamSharing.shared
-    agent_ids: bool = True
-    team_reward: CriticReward = CriticReward.none  # none: agent i's own reward
-
-
-ALGO_SCHEMAS: dict[str, type] = {
-    "ippo": PPOConfig,
-    "mappo": PPOConfig,
-    "qmix": QLearningConfig,
-    "vdn": QLearningConfig,
-    "qplex": QLearningConfig,
-    "maddpg": MADDPGConfig,
-}
 
 
 @dataclass
@@ -289,12 +145,8 @@ def build_config(raw: DictConfig | dict, overrides: list[str] | None = None) -> 
     raw = OmegaConf.create(raw) if isinstance(raw, dict) else raw
     over = _parse_overrides(overrides or [])
     algo_name = OmegaConf.select(over, "algo.name") or OmegaConf.select(raw, "algo.name")
-    if algo_name not in ALGO_SCHEMAS:
-        raise ConfigError(
-            f"bad value for config key 'algo.name': {algo_name!r}; "
-            f"valid choices: {', '.join(ALGO_SCHEMAS)}"
-        )
-    schema = OmegaConf.structured(ExperimentConfig(algo=ALGO_SCHEMAS[algo_name](name=algo_name)))
+    algo_schema = algo_spec(algo_name).config_class()
+    schema = OmegaConf.structured(ExperimentConfig(algo=algo_schema(name=algo_name)))
     cfg = schema
     for part in (raw, over):
         _coerce_integral_floats(schema, part)
@@ -353,43 +205,14 @@ def _check(cfg: DictConfig) -> None:
             f"valid choices: {', '.join(shaper_names())}"
         )
     _check_shaping_kwargs(cfg)
-    _positive(
-        cfg, "num_seeds", "log_every", "checkpoint_every", "algo.total_timesteps", "algo.num_envs"
-    )
+    _positive(cfg, "num_seeds", "log_every", "checkpoint_every")
     _positive(cfg, "eval.episodes", "eval.max_steps")
     if cfg.eval.every < 0:
         raise ConfigError(
             f"bad value for config key 'eval.every': {cfg.eval.every} (chunks between greedy "
             "evaluations; 0 turns them off)"
         )
-    a = cfg.algo
-    _positive(cfg, "algo.num_steps")
-    if cfg.algo.name == "maddpg":
-        _positive(cfg, "algo.actor_lr", "algo.critic_lr")
-    else:
-        _positive(cfg, "algo.lr")
-    if cfg.algo.name in ("ippo", "mappo"):
-        _positive(cfg, "algo.update_epochs", "algo.num_minibatches")
-        if a.grad_chunk_rows is not None and a.grad_chunk_rows < 0:
-            raise ConfigError(
-                f"bad value for config key 'algo.grad_chunk_rows': {a.grad_chunk_rows} "
-                "(need >= 0; 0 = no chunking, null = by backend)"
-            )
-        units = a.num_envs if a.recurrent else a.num_envs * a.num_steps
-        if units % a.num_minibatches:
-            what = "algo.num_envs" if a.recurrent else "algo.num_envs * algo.num_steps"
-            raise ConfigError(
-                f"bad value for config key 'algo.num_minibatches': {a.num_minibatches} does not "
-                f"divide {what} = {units}"
-            )
-    else:
-        _positive(cfg, "algo.buffer_size", "algo.batch_size", "algo.updates_per_rollout")
-    if cfg.algo.name in ("qmix", "vdn", "qplex"):
-        if not 0.0 <= a.eps_finish <= a.eps_start <= 1.0:
-            raise ConfigError(
-                "bad value for config keys 'algo.eps_start'/'algo.eps_finish': need "
-                f"0 <= eps_finish <= eps_start <= 1, got {a.eps_start}, {a.eps_finish}"
-            )
+    check_algo_config(cfg.algo)
     for other in cfg.compare_with:
         try:
             resolve_config_path(other)

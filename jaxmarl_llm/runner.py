@@ -33,9 +33,10 @@ import orbax.checkpoint as ocp
 from omegaconf import DictConfig, OmegaConf
 
 import envs
-from jaxmarl_llm.config import ConfigError, to_yaml
-from jaxmarl_llm.learners import check_config as check_learner_config
-from jaxmarl_llm.learners import make_learner, run_chunk
+from jaxmarl_llm.config import to_yaml
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners import algo_spec, make_learner, run_chunk
+from jaxmarl_llm.learners.base import check_train_state
 from jaxmarl_llm.learners.evaluation import make_evaluate
 from jaxmarl_llm.plotting import plot_run, plot_runs
 from jaxmarl_llm.shaping.feedback import check_feedback, due_round
@@ -93,11 +94,6 @@ def check_resume_config(saved: DictConfig, requested: DictConfig) -> None:
     walk(a, b)
 
 
-# Algo keys that anneal the learning rate to 0 at the run's budget: an extended run would
-# go on at rate 0, so such a run is not extended.
-BUDGET_ANNEALED_LR = ("lr_linear_decay", "anneal_lr")
-
-
 def extend_budget(saved: DictConfig, total: int) -> DictConfig:
     """``saved`` (a run's config) with its budget raised to ``total`` env steps, keeping
     the schedules the run has followed: epsilon still anneals over its share of the old
@@ -111,7 +107,8 @@ def extend_budget(saved: DictConfig, total: int) -> DictConfig:
         )
     if total == old:
         return saved
-    for key in BUDGET_ANNEALED_LR:
+    # an extended run would go on at learning rate 0 past the old budget
+    for key in algo_spec(saved.algo.name).budget_annealed_lr:
         if saved.algo.get(key):
             raise ConfigError(
                 f"resume: cannot extend the run from {old} to {total} env steps: its "
@@ -371,9 +368,9 @@ def run_experiment(
                 saved[k] = cfg[k]
         cfg = saved
         cfg.resume = str(run_dir)
-    # a bad env kwarg or learner setting stops the run before its folder is written
+    # a bad env kwarg stops the run before its folder is written (the algo block was
+    # checked when the config was built)
     env = make_env(cfg)
-    check_learner_config(cfg.algo)
     if not cfg.resume:
         run_dir = Path(cfg.out_dir) if cfg.out_dir else default_run_dir(cfg)
         if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
@@ -391,7 +388,7 @@ def run_experiment(
     chunk = int(cfg.log_every)
     feedback = shaper.feedback
     if feedback is not None and feedback.rounds:
-        check_feedback(feedback, learner, chunk, cfg.algo.name, int(cfg.algo.num_envs))
+        check_feedback(feedback, chunk, cfg.algo.name, int(cfg.algo.num_envs))
         collect = jax.jit(jax.vmap(learner.collect, in_axes=(0, 0, None)), static_argnums=2)
 
     evaluate = _make_evaluate(cfg, env, learner)
@@ -406,6 +403,7 @@ def run_experiment(
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_seeds)
     t_compile = time.perf_counter()
     state = init(keys)
+    check_train_state(state, cfg.algo.name)
     mgr = _checkpoints(run_dir / "checkpoints", max_to_keep=cfg.keep_checkpoints, create=True)
     done_updates = 0
     if cfg.resume:

@@ -8,8 +8,8 @@ import pytest
 from toy_envs import MaskedBandit
 
 from envs.array_env import ArrayEnv
-from jaxmarl_llm.config import PPOConfig
 from jaxmarl_llm.learners import ppo
+from jaxmarl_llm.learners.ppo import PPOConfig
 from jaxmarl_llm.shaping import (
     CombineMode,
     Shaper,

@@ -8,17 +8,48 @@ call and log, checkpoint and show progress between chunks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
 
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.shaping.base import ALL_FIELDS, TransitionBatch
 
 if TYPE_CHECKING:
     from envs.array_env import ArrayEnv
+
+
+class TrainState(struct.PyTreeNode):
+    """What every learner's train state holds for the layers above it; each learner's
+    state extends it with its own fields (parameters, optimiser, buffers, carries).
+
+    The runner vmaps ``Learner.init`` over seeds, jits ``Learner.update`` over chunks,
+    checkpoints the whole state, and between chunks replaces ``shaper_params`` (a feedback
+    round's refit) with ``state.replace(shaper_params=...)``; ``Learner.collect`` plays
+    from ``env_state``. Nothing else of a state is read outside its learner.
+    """
+
+    env_state: Any  # ArrayEnvState [E]: the parallel envs, auto-resetting
+    shaper_params: Any  # the shaper's parameters (Shaper.params), replaced between chunks
+    rng: jax.Array  # the learner's key, split every update
+    update_step: jax.Array  # [] int32, updates done
+
+
+TRAIN_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(TrainState))
+
+
+def check_train_state(state: Any, algo: str) -> None:
+    """A TypeError naming the learner whose state breaks the contract above."""
+    if not isinstance(state, TrainState):
+        missing = [f for f in TRAIN_STATE_FIELDS if not hasattr(state, f)]
+        raise TypeError(
+            f"algo {algo!r}: Learner.init returned a {type(state).__name__}, not a "
+            f"learners.base.TrainState{f' (missing {missing})' if missing else ''}"
+        )
 
 
 class Learner(NamedTuple):

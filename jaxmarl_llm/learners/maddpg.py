@@ -30,6 +30,8 @@ are stored).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import flashbax as fbx
@@ -39,16 +41,56 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from envs.array_env import ArrayEnv, ArrayEnvState
-from jaxmarl_llm.config import ConfigError
-from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics
+from envs.array_env import ArrayEnv
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners.base import Learner, TrainState, collect_steps, episode_metrics
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
-from jaxmarl_llm.learners.networks import MLP, AgentParams, ParamSharing, with_agent_ids
+from jaxmarl_llm.learners.networks import (
+    MLP,
+    Activation,
+    AgentParams,
+    ParamSharing,
+    with_agent_ids,
+)
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward, team_reward
 
 MASKED_LOGIT = -1e9
 TEAM_REWARDS = ("none", "sum", "mean")
 LEARN_METRICS = ("critic_loss", "actor_loss", "q_mean", "grad_norm")
+
+
+class CriticReward(str, Enum):
+    """What MADDPG's critic ``i`` learns: agent ``i``'s own reward or the team's."""
+
+    none = "none"
+    sum = "sum"
+    mean = "mean"
+
+
+@dataclass
+class MADDPGConfig:
+    """MADDPG with Gumbel-softmax actors and centralized critics (EPyMARL's settings)."""
+
+    name: str = "maddpg"
+    total_timesteps: int = 1_000_000
+    num_envs: int = 16
+    num_steps: int = 8  # env steps per env collected per update
+    buffer_size: int = 200_000  # transitions
+    batch_size: int = 256  # transitions per gradient step
+    learning_starts: int = 10_000  # env steps before the first gradient step
+    updates_per_rollout: int = 1  # gradient steps per update
+    actor_lr: float = 5e-4
+    critic_lr: float = 5e-4
+    max_grad_norm: float = 10.0
+    gamma: float = 0.99
+    tau: float = 0.01  # Polyak factor of the target networks, every gradient step
+    temperature: float = 1.0  # Gumbel-softmax temperature
+    actor_reg: float = 1e-3  # weight of the mean squared logit in the actor loss
+    hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
+    activation: Activation = Activation.relu
+    param_sharing: ParamSharing = ParamSharing.shared
+    agent_ids: bool = True
+    team_reward: CriticReward = CriticReward.none  # none: agent i's own reward
 
 
 def _name(x) -> str:
@@ -96,17 +138,13 @@ class Transition:
     next_state: Any = None  # env state after it (pre-reset), when the shaper reads it
 
 
-class MADDPGState(struct.PyTreeNode):
+class MADDPGState(TrainState):
     params: Any  # {"actor": ..., "critic": ...}
     target_params: Any
     opt_state: Any  # {"actor": ..., "critic": ...}
     buffer: Any
-    env_state: ArrayEnvState  # [E]
     obs: jax.Array  # [E, N, D]
     avail: jax.Array  # [E, N, A]
-    shaper_params: Any
-    rng: jax.Array
-    update_step: jax.Array
     env_steps: jax.Array
 
 
@@ -148,7 +186,6 @@ class MADDPG:
     """The pieces of the MADDPG learner; ``learner()`` makes the ``Learner``."""
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        check_config(cfg)
         self.cfg, self.env, self.shaper = cfg, env, shaper
         self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
         self.env_steps_per_update = self.num_envs * self.num_steps

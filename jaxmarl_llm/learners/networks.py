@@ -22,6 +22,14 @@ class ParamSharing(str, Enum):
     per_agent = "per_agent"  # one set per agent
 
 
+class Activation(str, Enum):
+    """Hidden-layer nonlinearity of the MLP torsos."""
+
+    tanh = "tanh"
+    relu = "relu"
+    gelu = "gelu"
+
+
 def _activation(name: str):
     try:
         return {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}[name]

@@ -10,6 +10,7 @@ times smaller; recurrent minibatches are drawn over environments, whole sequence
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import chex
@@ -19,14 +20,22 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from envs.array_env import ArrayEnv, ArrayEnvState
-from jaxmarl_llm.config import ConfigError
-from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics, step_transitions
+from envs.array_env import ArrayEnv
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners.base import (
+    Learner,
+    TrainState,
+    collect_steps,
+    episode_metrics,
+    step_transitions,
+)
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, value_loss
 from jaxmarl_llm.learners.networks import (
+    Activation,
     ActorCritic,
     AgentParams,
+    ParamSharing,
     RecurrentActor,
     RecurrentCritic,
     with_agent_ids,
@@ -39,22 +48,57 @@ from jaxmarl_llm.learners.running_stats import (
 )
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
 
+
+@dataclass
+class PPOConfig:
+    """IPPO / MAPPO. Defaults are the common PPO setting (CleanRL/PureJaxRL/JaxMARL)."""
+
+    name: str = "ippo"
+    total_timesteps: int = 1_000_000
+    num_envs: int = 16
+    num_steps: int = 128
+    lr: float = 2.5e-4
+    anneal_lr: bool = True
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    clip_value: bool = True
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    activation: Activation = Activation.tanh
+    recurrent: bool = False
+    gru_hidden_dim: int = 128
+    param_sharing: ParamSharing = ParamSharing.shared
+    agent_ids: bool = True
+    normalize_advantages: bool = True
+    # EPyMARL's standardise_rewards: training rewards (env + shaping) minus their running
+    # mean, over their running std, before GAE (its MAPPO/IPPO default on LBF)
+    standardize_rewards: bool = False
+    # Agent-rows per gradient chunk: each minibatch's gradient is accumulated over
+    # chunks of about this size: the same gradient, but activations stay in cache (a
+    # 98k-row forward+backward of the 64-64 actor-critic: 143 -> 73 ms on a 2-core CPU).
+    # 0 = the whole minibatch at once. null = by backend: 8192 on CPU, 0 on GPU/TPU,
+    # where chunking serializes the step (IPPO on MPE at 65,536 envs on an H200:
+    # 5.0M env steps/s chunked vs 28.5M whole).
+    grad_chunk_rows: int | None = None
+
+
 MASKED_LOGIT = -1e9  # finite, so masked entries give exp() == 0 without NaN entropies
 
 
-class PPOState(struct.PyTreeNode):
+class PPOState(TrainState):
     params: Any
     opt_state: Any
-    env_state: ArrayEnvState  # [E]
     obs: jax.Array  # [E, N, D]
     avail: jax.Array | None  # [E, N, A]; None when the env has no action masks
     world_state: jax.Array | None  # [E, S]; None for IPPO (its critic sees the obs)
     last_done: jax.Array  # [E] the previous step ended an episode (GRU reset)
     actor_carry: jax.Array  # [E, N, H] (zeros of width 1 when feed-forward)
     critic_carry: jax.Array  # [E, N, H]
-    shaper_params: Any
-    rng: jax.Array
-    update_step: jax.Array
     reward_stats: RunningMeanStd  # of the shaped training reward (standardize_rewards)
 
 
@@ -92,23 +136,35 @@ def grad_chunk_rows(configured: int | None, backend: str | None = None) -> int:
 
 
 def check_config(cfg) -> None:
+    def bad(key, value, why):
+        raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
+
     if cfg.name not in ("ippo", "mappo"):
-        raise ConfigError(f"ppo learner got algo.name={cfg.name!r}; valid: ippo, mappo")
+        bad("name", cfg.name, "the PPO learner runs ippo or mappo")
+    for key in ("total_timesteps", "num_envs", "num_steps", "lr", "update_epochs",
+                "num_minibatches"):  # fmt: skip
+        if getattr(cfg, key) <= 0:
+            bad(key, getattr(cfg, key), "must be > 0")
+    if cfg.grad_chunk_rows is not None and cfg.grad_chunk_rows < 0:
+        bad(
+            "grad_chunk_rows", cfg.grad_chunk_rows, "need >= 0 (0 = no chunking, null = by backend)"
+        )
     units = cfg.num_envs if cfg.recurrent else cfg.num_envs * cfg.num_steps
     if units % cfg.num_minibatches:
+        what = "algo.num_envs" if cfg.recurrent else "algo.num_envs * algo.num_steps"
         raise ConfigError(
-            f"algo.num_minibatches={cfg.num_minibatches} must divide "
-            f"{'num_envs' if cfg.recurrent else 'num_envs * num_steps'}={units}"
+            f"bad value for config key 'algo.num_minibatches': {cfg.num_minibatches} does not "
+            f"divide {what} = {units}"
         )
     if cfg.total_timesteps < cfg.num_envs * cfg.num_steps:
-        raise ConfigError(
-            f"algo.total_timesteps={cfg.total_timesteps} is less than one update "
-            f"(num_envs * num_steps = {cfg.num_envs * cfg.num_steps})"
+        bad(
+            "total_timesteps",
+            cfg.total_timesteps,
+            f"is less than one update (num_envs * num_steps = {cfg.num_envs * cfg.num_steps})",
         )
 
 
 def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
-    check_config(cfg)
     centralized = cfg.name == "mappo"
     n, a = env.num_agents, env.num_actions
     T, E = cfg.num_steps, cfg.num_envs

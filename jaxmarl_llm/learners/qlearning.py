@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import chex
@@ -41,9 +43,9 @@ import optax
 from flax import struct
 from flax.linen.initializers import constant
 
-from envs.array_env import ArrayEnv, ArrayEnvState
-from jaxmarl_llm.config import ConfigError
-from jaxmarl_llm.learners.base import Learner, collect_steps, episode_metrics
+from envs.array_env import ArrayEnv
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners.base import Learner, TrainState, collect_steps, episode_metrics
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.initializers import orthogonal
 from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
@@ -60,6 +62,58 @@ from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward, tea
 OPTIMIZERS = ("adam", "rmsprop")
 TEAM_REWARDS = ("sum", "mean", "first")
 LEARN_METRICS = ("loss", "q_mean", "grad_norm")
+
+
+class TeamReward(str, Enum):
+    """How the agents' rewards become the one reward the mixer learns."""
+
+    sum = "sum"
+    mean = "mean"
+    first = "first"
+
+
+@dataclass
+class QLearningConfig:
+    """QMIX / VDN (one learner, the mixer is a parameter) with GRU agents."""
+
+    name: str = "qmix"
+    total_timesteps: int = 1_000_000
+    num_envs: int = 8
+    num_steps: int = 128  # env steps per env collected per update (one buffer item)
+    buffer_size: int = 5_000  # buffer capacity in items of num_steps transitions
+    batch_size: int = 32  # items per gradient step
+    learning_starts: int = 10_000  # env steps before the first gradient step
+    updates_per_rollout: int = 4  # gradient steps per update
+    lr: float = 5e-3
+    lr_linear_decay: bool = False
+    optimizer: str = "adam"
+    max_grad_norm: float = 10.0
+    gamma: float = 0.99
+    td_lambda: float | None = None  # None: one-step targets; a float: TD(lambda) targets
+    double_q: bool = True
+    # store each item's GRU carry at its first step and unroll the learner from it (R2D2's
+    # stored state); False: from zeros, so an item's first, partial episode starts cold
+    stored_hidden: bool = False
+    eps_start: float = 1.0
+    eps_finish: float = 0.05
+    eps_decay: float = 0.1  # fraction of total_timesteps over which epsilon anneals
+    # the budget eps_decay is a fraction of; None: total_timesteps. Set by extending a
+    # finished run (resume=RUN_DIR algo.total_timesteps=MORE), so that the run keeps the
+    # epsilon schedule it started with, and by configs whose schedule must not change with
+    # the budget (a shorter run anneals over the same env steps; a longer one than this
+    # budget need not end its annealing)
+    schedule_timesteps: int | None = None
+    target_update_interval: int = 10  # updates between hard target copies (tau = 1)
+    tau: float = 1.0
+    hidden_dim: int = 64
+    mixer_embed_dim: int = 32
+    mixer_hypernet_dim: int = 64
+    # gain of the QMIX hypernetworks' orthogonal init (JaxMARL's MIXER_INIT_SCALE): small, so
+    # Q_tot starts near 0 even on unnormalised world states (SMAX positions run to 32)
+    mixer_init_scale: float = 0.001
+    param_sharing: ParamSharing = ParamSharing.shared
+    agent_ids: bool = True
+    team_reward: TeamReward = TeamReward.sum
 
 
 class RecurrentQNetwork(nn.Module):
@@ -104,19 +158,15 @@ class Transition:
     hidden0: jax.Array | None = None
 
 
-class QLearningState(struct.PyTreeNode):
+class QLearningState(TrainState):
     params: Any  # {"agent": ..., "mixer": ...}
     target_params: Any
     opt_state: Any
     buffer: Any  # flashbax buffer state, items [1, buffer_size, T, ...]
-    env_state: ArrayEnvState  # [E]
     obs: jax.Array  # [E, N, D]
     avail: jax.Array  # [E, N, A]
     hidden: jax.Array  # [E, N, H]
     first: jax.Array  # [E] the current obs starts an episode (GRU carry cleared)
-    shaper_params: Any
-    rng: jax.Array
-    update_step: jax.Array  # [] int32, updates done
     env_steps: jax.Array  # [] int32, env steps summed over envs
 
 
@@ -213,7 +263,6 @@ class QLearning:
     """
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        check_config(cfg)
         self.cfg, self.env, self.shaper = cfg, env, shaper
         self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
         self.env_steps_per_update = self.num_envs * self.num_steps

@@ -21,8 +21,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from jaxmarl_llm.errors import RunError
 
-class BackendError(RuntimeError):
+
+class BackendError(RunError, RuntimeError):
     """A backend could not answer (after its own retries); names the backend and cause."""
 
 

@@ -23,6 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.lm.backend import Backend, Completion, Request, canonical_json
 
 _SCHEMA = """
@@ -37,7 +38,7 @@ CREATE TABLE IF NOT EXISTS answers (
 """
 
 
-class CacheMiss(LookupError):
+class CacheMiss(RunError, LookupError):
     """Replay mode met a query that is not in the store."""
 
 

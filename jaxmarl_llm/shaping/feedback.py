@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from jaxmarl_llm.config import ConfigError
+from jaxmarl_llm.errors import ConfigError
 
 
 class Feedback(Protocol):
@@ -46,16 +46,19 @@ def due_round(feedback: Feedback | None, updates_done: int, total_updates: int) 
 
 
 def check_feedback(
-    feedback: Feedback, learner: Any, log_every: int, algo: str, num_envs: int | None = None
+    feedback: Feedback, log_every: int, algo: str, num_envs: int | None = None
 ) -> None:
     """Refuse a run whose learner or chunking cannot host the feedback rounds (and, where
     the feedback has a ``validate(num_envs)``, one whose rounds would collect too little),
     before anything is compiled or trained."""
-    if learner.collect is None:
+    from jaxmarl_llm.learners.registry import ALGORITHMS, algo_spec
+
+    if not algo_spec(algo).collects:
+        able = ", ".join(name for name, spec in ALGORITHMS.items() if spec.collects)
         raise ConfigError(
             f"bad value for config key 'algo.name': online feedback needs a learner that can "
-            f"play its current policy; algo {algo!r} has no collect (use ippo, mappo, qmix, "
-            "vdn or qplex, or set the shaper's online rounds to 0)"
+            f"play its current policy; algo {algo!r} has no collect (use one of {able}, or "
+            "set the shaper's online rounds to 0)"
         )
     if feedback.every % log_every:
         raise ConfigError(

@@ -8,9 +8,11 @@ import pytest
 from toy_envs import MaskedBandit, RaceLine
 
 from envs.array_env import ArrayEnv
-from jaxmarl_llm.config import MADDPGConfig, PPOConfig, QLearningConfig
 from jaxmarl_llm.learners import make_learner
 from jaxmarl_llm.learners.evaluation import GreedyPolicy, make_evaluate
+from jaxmarl_llm.learners.maddpg import MADDPGConfig
+from jaxmarl_llm.learners.ppo import PPOConfig
+from jaxmarl_llm.learners.qlearning import QLearningConfig
 from jaxmarl_llm.shaping import identity_shaper
 
 RIGHT, STAY = 2, 0

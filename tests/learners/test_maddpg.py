@@ -10,8 +10,8 @@ import pytest
 import envs
 from envs.array_env import ArrayEnv
 from envs.matrix_game import MatrixGame
-from jaxmarl_llm.config import MADDPGConfig, build_config
-from jaxmarl_llm.learners.maddpg import MADDPG, gumbel_softmax_st
+from jaxmarl_llm.config import build_config
+from jaxmarl_llm.learners.maddpg import MADDPG, MADDPGConfig, check_config, gumbel_softmax_st
 from jaxmarl_llm.shaping import constant_shaper, identity_shaper
 
 # joint action (1, 1) pays 3, (0, 0) pays 1; action 2 pays most but is illegal
@@ -144,12 +144,11 @@ def test_bad_config_names_the_key(override, key):
         build_config(raw, [override])
 
 
-def test_learner_checks_sizes():
-    env = envs.make_array_env("matrix:penalty")
+def test_config_check_refuses_sizes_that_cannot_work():
     with pytest.raises(ValueError, match="buffer_size"):
-        MADDPG(small_cfg(buffer_size=32), env, identity_shaper())
+        check_config(small_cfg(buffer_size=32))
     with pytest.raises(ValueError, match="batch_size"):
-        MADDPG(small_cfg(batch_size=2048), env, identity_shaper())
+        check_config(small_cfg(batch_size=2048))
 
 
 def test_each_critic_sees_its_own_joint_action_in_one_pass():

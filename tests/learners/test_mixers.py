@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxmarl_llm.config import QLearningConfig
 from jaxmarl_llm.learners.mixers import QMixer, VDNMixer, make_mixer
+from jaxmarl_llm.learners.qlearning import QLearningConfig
 
 N, S = 4, 6
 

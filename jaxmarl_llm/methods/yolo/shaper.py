@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from envs.array_env import ArrayEnv
+from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.methods.yolo import lbf, mpe, smax
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
@@ -425,7 +426,7 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
         backend.close()
 
 
-class NoUsablePlan(ValueError):
+class NoUsablePlan(RunError, ValueError):
     """No planning (or reward) function passed the sandbox: every answer was refused, or
     the answer file is missing. The prompts and refusals are in ``<run>/yolo/record.json``."""
 

@@ -1,0 +1,100 @@
+"""Every learning algorithm by name: the one place config, runner and feedback read.
+
+An entry names the module that implements the algorithm and what the layers above need
+to know without building it. The module defines the typed schema of its ``algo`` config
+block (a dataclass named by ``schema``), ``check_config(cfg)`` (a ConfigError naming the
+key) and ``make_learner(cfg, env, shaper) -> Learner``. Modules are imported when an
+algorithm is first used, so one learner's dependencies do not load the others'.
+
+Adding a learner is one module and one ``AlgoSpec`` in ``ALGORITHMS`` below (or, from
+outside the package, one ``register_algorithm`` call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from types import ModuleType
+
+from jaxmarl_llm.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgoSpec:
+    name: str  # the value of algo.name
+    module: str  # defines the schema, check_config(cfg) and make_learner(cfg, env, shaper)
+    schema: str  # name of the algo block's dataclass in ``module``
+    summary: str  # one line for ``run.py --list``
+    # its Learner plays the current policy on request (``Learner.collect``): online
+    # feedback rounds (iterative LCA, DPM) need it
+    collects: bool = True
+    # algo keys that, when true, anneal the learning rate to 0 at the budget: a run with
+    # one of them set cannot be extended to a larger budget
+    budget_annealed_lr: tuple[str, ...] = ()
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    def config_class(self) -> type:
+        return getattr(self.load(), self.schema)
+
+
+_PPO = "jaxmarl_llm.learners.ppo"
+_Q = "jaxmarl_llm.learners.qlearning"
+
+ALGORITHMS: dict[str, AlgoSpec] = {
+    spec.name: spec
+    for spec in (
+        AlgoSpec("ippo", _PPO, "PPOConfig", "PPO per agent, critic on the agent's own "
+                 "observation", budget_annealed_lr=("anneal_lr",)),
+        AlgoSpec("mappo", _PPO, "PPOConfig", "PPO per agent, critic on the world state",
+                 budget_annealed_lr=("anneal_lr",)),
+        AlgoSpec("qmix", _Q, "QLearningConfig", "GRU Q-agents, monotonic mixing "
+                 "hypernetwork", budget_annealed_lr=("lr_linear_decay",)),
+        AlgoSpec("vdn", _Q, "QLearningConfig", "GRU Q-agents, summed team value",
+                 budget_annealed_lr=("lr_linear_decay",)),
+        AlgoSpec("qplex", _Q, "QLearningConfig", "GRU Q-agents, duplex dueling mixer",
+                 budget_annealed_lr=("lr_linear_decay",)),
+        AlgoSpec("maddpg", "jaxmarl_llm.learners.maddpg", "MADDPGConfig",
+                 "Gumbel-softmax actors, centralized critics"),
+    )
+}  # fmt: skip
+
+
+def register_algorithm(spec: AlgoSpec) -> None:
+    """Add an algorithm from outside this package (a plugin, a test)."""
+    if spec.name in ALGORITHMS:
+        raise ValueError(f"algorithm {spec.name!r} is already registered")
+    ALGORITHMS[spec.name] = spec
+
+
+def unregister_algorithm(name: str) -> None:
+    ALGORITHMS.pop(name, None)
+
+
+def algo_names() -> list[str]:
+    return list(ALGORITHMS)
+
+
+def algo_spec(name) -> AlgoSpec:
+    """The entry of ``name`` (an enum or a string), or a ConfigError naming the choices."""
+    key = str(getattr(name, "value", name))
+    if key not in ALGORITHMS:
+        raise ConfigError(
+            f"bad value for config key 'algo.name': {key!r}; valid choices: {', '.join(ALGORITHMS)}"
+        )
+    return ALGORITHMS[key]
+
+
+def check_config(cfg) -> None:
+    """The algorithm's own checks of its ``algo`` block (a ConfigError naming the key)."""
+    algo_spec(cfg.name).load().check_config(cfg)
+
+
+def make_learner(cfg, env, shaper):
+    """The ``Learner`` of ``cfg`` (an ``algo`` block that ``check_config`` accepted)."""
+    return algo_spec(cfg.name).load().make_learner(cfg, env, shaper)
+
+
+def make_train(cfg, env, shaper):
+    return make_learner(cfg, env, shaper).train

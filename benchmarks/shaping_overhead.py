@@ -24,9 +24,7 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--env", default="two_switch")
-    p.add_argument(
-        "--algo", default="ippo", choices=algo_names()
-    )
+    p.add_argument("--algo", default="ippo", choices=algo_names())
     p.add_argument("--shaper", default="lca")
     p.add_argument("--num-envs", type=int, default=256)
     p.add_argument("--updates", type=int, default=10)

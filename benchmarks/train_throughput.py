@@ -25,9 +25,7 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--algo", default="ippo", choices=algo_names()
-    )
+    p.add_argument("--algo", default="ippo", choices=algo_names())
     p.add_argument("--env", default="mpe:simple_spread_3")
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--num-steps", type=int, default=None, help="steps per env per update")

@@ -54,6 +54,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.capabilities import (
+    RankingHeuristic,
+    Renderer,
+    ScriptedPolicy,
+    StateDescriber,
+    provides,
+)
 from envs.gridworld import (
     DIRECTIONS,
     STAGE,
@@ -273,5 +280,6 @@ register(
         "LCA Two-Switch grid world (9x9): two agents trigger two switches to open a door, "
         "then one reaches the goal; team reward 5 - n/n_max at best",
         won_fn=lambda env, s: env.won(s),
+        capabilities=provides(RankingHeuristic, StateDescriber, Renderer, ScriptedPolicy),
     )
 )

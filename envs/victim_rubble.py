@@ -69,6 +69,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.capabilities import (
+    RankingHeuristic,
+    Renderer,
+    ScriptedPolicy,
+    StateDescriber,
+    provides,
+)
 from envs.gridworld import (
     DIRECTIONS,
     STAGE,
@@ -358,5 +365,6 @@ register(
         "reward 7 - n/n_max at best",
         won_fn=lambda env, s: env.won(s),
         groups_fn=lambda env: (0, 1),
+        capabilities=provides(RankingHeuristic, StateDescriber, Renderer, ScriptedPolicy),
     )
 )

@@ -27,7 +27,7 @@ and rooms (``1``-``5`` Chamber1-5, ``a``/``b``/``c`` doorways)::
     #...#.Z#..#      #222#33#55#
     ###########      ###########
 
-Rewards (see ``envs.gridworld``): every agent gets +1 for each victim healed (twice),
+Rewards (see ``envs.gridworld.dynamics``): every agent gets +1 for each victim healed (twice),
 each piece of rubble removed (three times), +1 when an agent arrives home after all of
 that and +1 for completing the task, so a successful episode of ``n`` steps returns
 ``7 - n / max_steps`` (step penalty ``-n / n_max`` once, at the end of the episode).

@@ -1,7 +1,9 @@
 """Environments: jaxmarl's and our own, behind one registry.
 
 ``envs.make(name, **kwargs)`` returns a jaxmarl ``MultiAgentEnv``;
-``envs.make_array_env(name, **kwargs)`` returns the stacked-array view learners use.
+``envs.make_array_env(name, **kwargs)`` returns the stacked-array view learners use;
+``envs.capability(env, Kind)`` / ``envs.require(env, Kind, needed_by=...)`` give what an
+environment offers methods beyond jaxmarl's interface (``envs.capabilities``).
 """
 
 from envs import (
@@ -15,6 +17,7 @@ from envs import (
     victim_rubble,  # noqa: F401
 )
 from envs.array_env import ArrayEnv, ArrayEnvState, StepResult
+from envs.capabilities import capability, providers, provides, require
 from envs.registry import EnvSpec, UnknownEnvError, make, make_array_env, names, register, spec
 
 __all__ = [
@@ -23,9 +26,13 @@ __all__ = [
     "EnvSpec",
     "StepResult",
     "UnknownEnvError",
+    "capability",
     "make",
     "make_array_env",
     "names",
+    "provides",
+    "providers",
     "register",
+    "require",
     "spec",
 ]

@@ -33,6 +33,7 @@ from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 from jaxmarl.environments.spaces import Box, Discrete
 
 from envs import fast_random
+from envs.capabilities import YoloTaskSet, provides
 from envs.registry import EnvSpec, register
 
 NONE, NORTH, SOUTH, WEST, EAST, LOAD = range(6)
@@ -218,5 +219,6 @@ register(
         "(YOLO-MARL's LBF scenario); team return 1 when all food is collected",
         won_fn=lambda env, s: env.won(s),
         return_reduction="sum",
+        capabilities=provides(YoloTaskSet("lbf")),
     )
 )

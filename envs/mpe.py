@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from jaxmarl.environments.mpe import SimpleSpreadMPE
 
+from envs.capabilities import YoloTaskSet, provides
 from envs.registry import EnvSpec, register
 from envs.spread import FastSimpleSpread
 
@@ -35,6 +36,7 @@ register(
         "MPE cooperative navigation: N agents cover N landmarks (num_agents=3 by default); "
         "vectorized, step-for-step equal to jaxmarl's",
         return_reduction="sum",
+        capabilities=provides(YoloTaskSet("spread")),
     )
 )
 for _n in (3, 4):
@@ -45,6 +47,7 @@ for _n in (3, 4):
             f"MPE cooperative navigation with {_n} agents and {_n} landmarks (vectorized)",
             default_kwargs={"num_agents": _n},
             return_reduction="sum",
+            capabilities=provides(YoloTaskSet("spread")),
         )
     )
 register(
@@ -53,5 +56,6 @@ register(
         _simple_spread_jaxmarl,
         "jaxmarl's original SimpleSpreadMPE (reference for mpe:simple_spread)",
         return_reduction="sum",
+        capabilities=provides(YoloTaskSet("spread")),
     )
 )

@@ -79,6 +79,7 @@ from flax import struct
 from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 from jaxmarl.environments.spaces import Box, Discrete
 
+from envs.capabilities import RankingHeuristic, Renderer, StateDescriber, provides
 from envs.registry import EnvSpec, register
 
 __all__ = ["Pistonball", "PistonballState"]
@@ -540,5 +541,6 @@ register(
         "to the left wall; every agent gets -0.1 per step and +1 when the ball arrives",
         won_fn=lambda env, s: env.won(s),
         return_reduction="mean",
+        capabilities=provides(RankingHeuristic, StateDescriber, Renderer),
     )
 )

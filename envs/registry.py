@@ -2,7 +2,8 @@
 
 Each entry is an ``EnvSpec``: a factory plus what the engine needs to know about the
 environment beyond jaxmarl's interface (how to tell a win, the centralized state,
-agent groups). ``make_array_env`` wraps the result in ``ArrayEnv`` for learners.
+agent groups) and the capabilities methods may ask for (``envs.capabilities``).
+``make_array_env`` wraps the result in ``ArrayEnv`` for learners.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 
 from envs.array_env import ArrayEnv, WonFn, WorldStateFn
+from envs.capabilities import SPEC_NAME_ATTR, Capabilities
 
 
 class UnknownEnvError(ValueError):
@@ -34,6 +36,9 @@ class EnvSpec:
     groups_fn: Callable[[MultiAgentEnv], tuple[int, ...]] | None = None
     # how logged episode returns reduce over agents; see ArrayEnv
     return_reduction: str = "mean"
+    # what methods may ask of the env (envs.capabilities.provides); adds to the
+    # ``capabilities`` of the factory when it is a class
+    capabilities: Capabilities = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -63,9 +68,12 @@ def spec(name: str) -> EnvSpec:
 def make(name: str, **kwargs) -> MultiAgentEnv:
     s = spec(name)
     try:
-        return s.factory(**{**s.default_kwargs, **kwargs})
+        env = s.factory(**{**s.default_kwargs, **kwargs})
     except TypeError as e:
         raise ValueError(f"bad kwargs for environment {name!r}: {e}") from e
+    # the entry's capability declarations are found through this name
+    setattr(env, SPEC_NAME_ATTR, name)
+    return env
 
 
 def make_array_env(name: str, **kwargs) -> ArrayEnv:

@@ -70,6 +70,7 @@ import numpy as np
 from jaxmarl.environments.smax import HeuristicEnemySMAX
 from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO, Scenario
 
+from envs.capabilities import SceneDescriber, SmaxUnits, YoloTaskSet, provides
 from envs.registry import EnvSpec, register
 
 UNIT_TYPES = ("marine", "marauder", "stalker", "zealot", "zergling", "hydralisk")
@@ -250,6 +251,12 @@ def _describe(name: str, sc: Scenario) -> str:
     )
 
 
+def _scene_describer(env):
+    from envs.smax_text import SmaxDescriber  # it reads this module's unit names
+
+    return SmaxDescriber(env)
+
+
 for _name, _sc in sorted(scenarios().items()):
     register(
         EnvSpec(
@@ -261,5 +268,9 @@ for _name, _sc in sorted(scenarios().items()):
             world_state_fn=smax_world_state,
             world_state_reads_obs=False,
             groups_fn=smax_groups,
+            capabilities={
+                **provides(SmaxUnits, YoloTaskSet("smax")),
+                SceneDescriber: _scene_describer,
+            },
         )
     )

@@ -107,3 +107,22 @@ def trajectory(raw: Any, first: Any, last: Any, length: int) -> str:
             scene(raw, last),
         ]
     )
+
+
+class SmaxDescriber:
+    """The ``SceneDescriber`` capability of a SMAX env (``envs.capabilities``): this
+    module's functions bound to ``env``."""
+
+    def __init__(self, env: Any):
+        self.env = env
+
+    def scenario_info(self, state: Any) -> str:
+        return scenario_info(self.env, state)
+
+    def scene(
+        self, state: Any, actions: Sequence[int] | None = None, agents: Sequence[int] | None = None
+    ) -> str:
+        return scene(self.env, state, actions, agents)
+
+    def trajectory(self, first: Any, last: Any, length: int) -> str:
+        return trajectory(self.env, first, last, length)

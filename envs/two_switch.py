@@ -21,7 +21,7 @@ cell in front of the door where the heuristic sends the agent not needed at a sw
     #......G#
     #########
 
-Rewards (see ``envs.gridworld``): every agent gets +1 when a switch is turned on (twice),
+Rewards (see ``envs.gridworld.dynamics``): every agent gets +1 when a switch is turned on (twice),
 +1 when the door opens, +1 when an agent arrives at the goal and +1 for completing the
 task, so a successful episode of ``n`` steps returns ``5 - n / max_steps`` (the step
 penalty ``-n / n_max`` is paid once, at the end of the episode; a timeout returns the
@@ -54,6 +54,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.capabilities import (
+    RankingHeuristic,
+    Renderer,
+    ScriptedPolicy,
+    StateDescriber,
+    provides,
+)
 from envs.gridworld import (
     DIRECTIONS,
     STAGE,
@@ -273,5 +280,6 @@ register(
         "LCA Two-Switch grid world (9x9): two agents trigger two switches to open a door, "
         "then one reaches the goal; team reward 5 - n/n_max at best",
         won_fn=lambda env, s: env.won(s),
+        capabilities=provides(RankingHeuristic, StateDescriber, Renderer, ScriptedPolicy),
     )
 )

@@ -27,7 +27,7 @@ and rooms (``1``-``5`` Chamber1-5, ``a``/``b``/``c`` doorways)::
     #...#.Z#..#      #222#33#55#
     ###########      ###########
 
-Rewards (see ``envs.gridworld``): every agent gets +1 for each victim healed (twice),
+Rewards (see ``envs.gridworld.dynamics``): every agent gets +1 for each victim healed (twice),
 each piece of rubble removed (three times), +1 when an agent arrives home after all of
 that and +1 for completing the task, so a successful episode of ``n`` steps returns
 ``7 - n / max_steps`` (step penalty ``-n / n_max`` once, at the end of the episode).
@@ -69,6 +69,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from envs.capabilities import (
+    RankingHeuristic,
+    Renderer,
+    ScriptedPolicy,
+    StateDescriber,
+    provides,
+)
 from envs.gridworld import (
     DIRECTIONS,
     STAGE,
@@ -358,5 +365,6 @@ register(
         "reward 7 - n/n_max at best",
         won_fn=lambda env, s: env.won(s),
         groups_fn=lambda env: (0, 1),
+        capabilities=provides(RankingHeuristic, StateDescriber, Renderer, ScriptedPolicy),
     )
 )

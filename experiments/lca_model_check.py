@@ -36,6 +36,8 @@ def main(argv=None) -> int:
     import jax
     import numpy as np
 
+    import envs
+    from envs.capabilities import ScriptedPolicy
     from jaxmarl_llm.methods.lca import load_run
     from jaxmarl_llm.methods.lca.pairs import both_states, rollout_transitions
 
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     env = aenv.env
-    if not hasattr(env, "greedy_actions"):
+    if envs.capability(env, ScriptedPolicy) is None:
         print(f"error: {cfg.env.name} has no scripted policy (greedy_actions)", file=sys.stderr)
         return 2
 

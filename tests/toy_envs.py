@@ -6,6 +6,8 @@ from flax import struct
 from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 from jaxmarl.environments.spaces import Box, Discrete
 
+from envs.capabilities import RankingHeuristic, Renderer, StateDescriber, provides
+
 
 @struct.dataclass
 class BanditState:
@@ -63,6 +65,7 @@ class RaceLine(MultiAgentEnv):
     """
 
     noop_action = 0
+    capabilities = provides(RankingHeuristic, StateDescriber, Renderer)
 
     def __init__(self, num_agents=2, length=6, max_steps=12, roles=None):
         super().__init__(num_agents)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from envs.credit import map_states, require_credit_env
+from envs.capabilities import RankingHeuristic, require
+from envs.credit import map_states
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch
 from jaxmarl_llm.shaping.registry import register_shaper
 
 
 def individual_shaper(env, mode, coef) -> Shaper:
-    raw = require_credit_env(env, "the individual shaper")
+    raw = require(env, RankingHeuristic, needed_by="the individual shaper")
     # Fail at build time, naming the env, if it has no such rewards (Pistonball).
     jax.eval_shape(
         lambda k: raw.individual_reward(
@@ -52,7 +53,7 @@ register_shaper("individual", _build)
 def heuristic_potential_shaper(env, mode, coef, scale: float = 0.1) -> Shaper:
     """``scale * (phi_i(s') - phi_i(s))`` of the env's ranking heuristic itself, zero for the
     noop: LCA with a perfect labeller and a perfect state-scoring model (an upper bound)."""
-    raw = require_credit_env(env, "the heuristic_potential shaper")
+    raw = require(env, RankingHeuristic, needed_by="the heuristic_potential shaper")
 
     def apply(params, batch: TransitionBatch) -> jax.Array:
         lead = batch.actions.shape[:-1]

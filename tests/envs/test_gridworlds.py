@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import envs
-from envs.credit import is_credit_env
+from envs.capabilities import RankingHeuristic, StateDescriber
 from envs.gridworld import (
     DIRECTIONS,
     DOWN,
@@ -108,7 +108,9 @@ def xy(env, s, i):
 def test_registered_with_protocol():
     ts, vr = env_of("two_switch"), env_of("victim_rubble")
     for env in (ts, vr):
-        assert is_credit_env(env) and env.noop_action == STAY == 0
+        assert envs.capability(env, RankingHeuristic) is env
+        assert envs.capability(env, StateDescriber) is env
+        assert env.noop_action == STAY == 0
         assert env.num_agents == 2
     assert ts.roles == ("agent", "agent") and vr.roles == ("green", "orange")
     assert ts.max_steps == 50 and vr.max_steps == 80

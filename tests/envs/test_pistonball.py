@@ -17,7 +17,7 @@ import pytest
 from jaxmarl.environments.spaces import Discrete
 
 import envs
-from envs.credit import is_credit_env
+from envs.capabilities import RankingHeuristic
 from envs.pistonball import (
     BALL_RADIUS,
     CEILING,
@@ -69,7 +69,7 @@ def _penetration(piston_pos, ball_pos) -> np.ndarray:
 
 # ----- API ---------------------------------------------------------------------------------------
 def test_api_and_protocol():
-    assert isinstance(ENV, Pistonball) and is_credit_env(ENV)
+    assert isinstance(ENV, Pistonball) and envs.capability(ENV, RankingHeuristic) is ENV
     assert ENV.agents == [f"piston_{i}" for i in range(N)]
     assert ENV.roles == ("piston",) * N and ENV.noop_action == STAY
     for a in ENV.agents:

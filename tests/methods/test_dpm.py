@@ -148,7 +148,9 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
     cfg = _tiny(tmp_path)
     cfg.env.name = "mpe:simple_spread_3"
     cfg.env.kwargs = {}
-    with pytest.raises(ValueError, match="not a SMAX env"):
+    with pytest.raises(
+        ValueError, match=r"DPM .*SmaxUnits.*'mpe:simple_spread_3' .* with it: smax:\*"
+    ):
         run_experiment(cfg)
 
 

@@ -123,7 +123,11 @@ def test_a_models_code_is_refused_then_accepted_through_an_endpoint(tmp_path):
     assert "def interpret(state" in record["planning_prompt"]  # the interpretation source
     assert "previous answer was rejected" in model.prompts[-1]
     assert plan.tasks(_state()).shape == (2,)
-    with pytest.raises(ValueError, match="no task set for TwoSwitch; .* lbf"):
+    with pytest.raises(
+        ValueError,
+        match=r"YOLO-MARL needs .*YoloTaskSet.*'two_switch' \(TwoSwitch\) lacks it\. "
+        r".*: lbf:8x8-2p-2f-coop, mpe:\*, smax:\*$",
+    ):
         env_tasks(envs.make_array_env("two_switch"))
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from flax import serialization
 
 from envs.array_env import ArrayEnv
+from envs.capabilities import SceneDescriber, require
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.lm.teachers import PairLabels, TeacherNoise, agent_rankings, pair_preferences
 from jaxmarl_llm.methods.dpm.config import DPMConfig
@@ -314,7 +315,8 @@ class DPMFeedback:
         from jaxmarl_llm.lm.labeling import LabelingPolicy
         from jaxmarl_llm.methods.dpm import text
 
-        cfg, raw, n = self.cfg, self.env.env, self.env.num_agents
+        cfg, n = self.cfg, self.env.num_agents
+        describer = require(self.env, SceneDescriber, needed_by="DPM's text queries")
         host = jax.device_get((batch.state, batch.next_state, batch.actions))
         state, next_state, actions = host
         num_envs = actions.shape[2]
@@ -340,7 +342,7 @@ class DPMFeedback:
                             (where(a), where(b))
                             for a, b in zip(qt["a"][s], qt["b"][s], strict=True)
                         ]
-                        prompts = text.trajectory_prompts(raw, st, nx, pairs, seg)
+                        prompts = text.trajectory_prompts(describer, st, nx, pairs, seg)
                         label, valid, rep = text.ask_trajectories(
                             backends[kind], prompts, qt["values"][s], params, policy
                         )
@@ -352,7 +354,11 @@ class DPMFeedback:
                             t, e = divmod(int(c), num_envs)
                             prompts.append(
                                 text.agent_prompt(
-                                    raw, _at(st, t, e), _at(nx, t, e), actions[s, t, e], agents
+                                    describer,
+                                    _at(st, t, e),
+                                    _at(nx, t, e),
+                                    actions[s, t, e],
+                                    agents,
                                 )
                             )
                         label, valid, rep = text.ask_rankings(

@@ -24,19 +24,14 @@ import jax
 import jax.numpy as jnp
 
 from envs.array_env import ArrayEnv
+from envs.capabilities import SmaxUnits, require
 
 ATTACK_SCORE = 2.0
 HEALTHY = 0.5
 
 
 def require_smax(env: ArrayEnv):
-    raw = env.env
-    if not hasattr(raw, "num_allies") or not hasattr(raw, "_env"):
-        raise ValueError(
-            f"DPM's scripted teacher reads SMAX unit health and attacks; {type(raw).__name__} "
-            "is not a SMAX env (use an smax:<map> entry)"
-        )
-    return raw
+    return require(env, SmaxUnits, needed_by="DPM (its scripted teacher reads SMAX units)")
 
 
 def _units(env_state: Any):

@@ -1,12 +1,13 @@
 """DPM's queries as text (appendix E prompts) through any language-model backend.
 
-The queries a round selected (``online.py``) are rendered with the SMAX describer
-(``envs/smax_text.py``) into ``lm/prompts/dpm_trajectory_comparison.txt`` and
-``dpm_agent_ranking.txt``, asked through the backend (answers cached in the label
-store), and parsed ("#1"/"#2"/"#0"; "Rank #k : {agents}" lines) into the same label
-arrays the array teacher gives. Each request also carries the teacher's values as its
-payload, so the scripted backend answers exactly as the array teacher would; language
-models read only the prompt. Malformed answers are asked again, then abstained on.
+The queries a round selected (``online.py``) are rendered with the env's
+``SceneDescriber`` (``envs.capabilities``; SMAX's is ``envs/smax_text.py``) into
+``lm/prompts/dpm_trajectory_comparison.txt`` and ``dpm_agent_ranking.txt``, asked
+through the backend (answers cached in the label store), and parsed ("#1"/"#2"/"#0";
+"Rank #k : {agents}" lines) into the same label arrays the array teacher gives. Each
+request also carries the teacher's values as its payload, so the scripted backend answers
+exactly as the array teacher would; language models read only the prompt. Malformed
+answers are asked again, then abstained on.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from envs import smax_text
+from envs.capabilities import SceneDescriber
 from jaxmarl_llm.lm import templates
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
 from jaxmarl_llm.lm.labeling import LabelingPolicy, LabelingReport, ask, rankings_to_pair_arrays
@@ -34,7 +35,9 @@ def _at(tree: Any, *index: int) -> Any:
     return jax.tree.map(lambda x: x[index], tree)
 
 
-def trajectory_prompts(raw, state, next_state, pairs, length: int) -> list[str]:
+def trajectory_prompts(
+    describer: SceneDescriber, state, next_state, pairs, length: int
+) -> list[str]:
     """Prompts for segment pairs ``[(first_a, last_a, first_b, last_b)]`` of host states
     given as (t, e) index tuples into ``state`` / ``next_state`` (leaves ``[T, E, ...]``)."""
     out = []
@@ -45,22 +48,22 @@ def trajectory_prompts(raw, state, next_state, pairs, length: int) -> list[str]:
             templates.render(
                 "dpm_trajectory_comparison",
                 game=GAME,
-                scenario_info=smax_text.scenario_info(raw, first_a),
-                trajectory_1=smax_text.trajectory(raw, first_a, last_a, length),
-                trajectory_2=smax_text.trajectory(raw, first_b, last_b, length),
+                scenario_info=describer.scenario_info(first_a),
+                trajectory_1=describer.trajectory(first_a, last_a, length),
+                trajectory_2=describer.trajectory(first_b, last_b, length),
                 criterion=CRITERION,
             )
         )
     return out
 
 
-def agent_prompt(raw, s, s_next, actions, agents: Sequence[int]) -> str:
+def agent_prompt(describer: SceneDescriber, s, s_next, actions, agents: Sequence[int]) -> str:
     return templates.render(
         "dpm_agent_ranking",
         game=GAME,
-        scenario_info=smax_text.scenario_info(raw, s),
-        scene=smax_text.scene(raw, s, actions, agents),
-        next_scene=smax_text.scene(raw, s_next, None, agents),
+        scenario_info=describer.scenario_info(s),
+        scene=describer.scene(s, actions, agents),
+        next_scene=describer.scene(s_next, None, agents),
         num_agents=len(agents),
     )
 

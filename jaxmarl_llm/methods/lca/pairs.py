@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
+from envs.capabilities import ScriptedPolicy, require
 from envs.credit import map_states
 
 
@@ -61,7 +62,8 @@ def rollout_transitions(
         avail = jax.vmap(env.avail_actions)(state)
         actions = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
         if epsilon is not None:
-            greedy = jax.vmap(env.env.greedy_actions)(state.env_state).astype(actions.dtype)
+            policy = require(env, ScriptedPolicy, needed_by="scripted rollouts")
+            greedy = jax.vmap(policy.greedy_actions)(state.env_state).astype(actions.dtype)
             explore = jax.random.uniform(jax.random.fold_in(k_act, 1), actions.shape) < epsilon
             actions = jnp.where(explore, actions, greedy)
         res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
@@ -103,11 +105,8 @@ def sample_transitions(
 ) -> Transitions:
     """``num`` sequential state pairs drawn without replacement from ``source``."""
     k_roll, k_uni, k_pick = jax.random.split(key, 3)
-    if source == "scripted" and not hasattr(env.env, "greedy_actions"):
-        raise ValueError(
-            f"pair_source=scripted needs an env with a scripted policy (greedy_actions); "
-            f"{type(env.env).__name__} has none: use rollout, uniform or mixed"
-        )
+    if source == "scripted":
+        require(env, ScriptedPolicy, "pair_source=scripted", hint="Use rollout, uniform or mixed")
     num_rollout = {"rollout": num, "scripted": num, "uniform": 0, "mixed": num // 2}[source]
     parts = []
     if num_rollout:

@@ -25,7 +25,8 @@ import numpy as np
 from flax import serialization, struct
 
 from envs.array_env import ArrayEnv
-from envs.credit import CreditAssignmentEnv, require_credit_env
+from envs.capabilities import RankingHeuristic, StateDescriber, require
+from envs.credit import CreditAssignmentEnv
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.lm.labeling import LabelingPolicy
 from jaxmarl_llm.methods.lca.config import LCAConfig
@@ -263,7 +264,8 @@ def prepare(
     progress: bool = True,
 ) -> LCAResult:
     """Labels and a fitted potential for ``env`` (loaded from ``artifact_dir`` when there)."""
-    raw = require_credit_env(env, "the lca shaper")
+    raw = require(env, RankingHeuristic, needed_by="the lca shaper")
+    require(env, StateDescriber, needed_by="the lca shaper")  # the ranking prompts
     LCAConfig.check(cfg)
     model = reward_model(raw, cfg)
     fp = fingerprint(env, cfg, seed)

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from envs.array_env import ArrayEnv
+from envs.capabilities import YoloTaskSet, require
 from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.methods.yolo import lbf, mpe, smax
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
@@ -106,24 +107,13 @@ class EnvTasks:
 
 
 def env_tasks(env: ArrayEnv) -> EnvTasks:
-    """The task set of ``env``'s raw jaxmarl environment (LBF, MPE spread or SMAX)."""
-    from jaxmarl.environments.mpe import SimpleSpreadMPE
-    from jaxmarl.environments.smax.heuristic_enemy_smax_env import HeuristicEnemySMAX
-
-    from envs.lbf import LevelBasedForaging
-    from envs.spread import FastSimpleSpread
-
-    raw = env.env
-    if isinstance(raw, LevelBasedForaging):
-        return _lbf_tasks(raw)
-    if isinstance(raw, FastSimpleSpread | SimpleSpreadMPE):
-        return _spread_tasks(raw)
-    if isinstance(raw, HeuristicEnemySMAX):
-        return _smax_tasks(raw)
-    raise ValueError(
-        f"YOLO-MARL has no task set for {type(raw).__name__}; environments with one: "
-        "lbf:*, mpe:simple_spread*, smax:*"
-    )
+    """The task set ``env`` declares (``envs.capabilities.YoloTaskSet``), sized for its
+    raw jaxmarl environment."""
+    family = require(env, YoloTaskSet, needed_by="YOLO-MARL").family
+    build = {"lbf": _lbf_tasks, "spread": _spread_tasks, "smax": _smax_tasks}
+    if family not in build:
+        raise ValueError(f"YOLO-MARL has no task set {family!r}; known: {', '.join(build)}")
+    return build[family](env.env)
 
 
 def _lbf_tasks(raw) -> EnvTasks:

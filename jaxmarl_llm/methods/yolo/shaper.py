@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import logging
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ from envs.array_env import ArrayEnv
 from jaxmarl_llm.methods.yolo import lbf, mpe, smax
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+
+logger = logging.getLogger(__name__)
 
 PLANNERS = ("reference", "backend", "file")
 FUNCTIONS = ("planning", "reward")
@@ -436,8 +439,10 @@ def yolo_shaper(env: ArrayEnv, cfg: YOLOConfig, mode, coef, artifact_dir) -> Sha
         tasks, plan, record = obtain_plan(env, cfg, artifact_dir)
     except UnsafeCode as e:
         raise NoUsablePlan(f"YOLO-MARL: no usable planning function: {e}") from e
-    print(
-        f"YOLO-MARL: planning function from {record['planner']} ({len(record['refusals'])} refused)"
+    logger.info(
+        "YOLO-MARL: planning function from %s (%d refused)",
+        record["planner"],
+        len(record["refusals"]),
     )
 
     def apply(p: YOLOParams, batch: TransitionBatch) -> jax.Array:

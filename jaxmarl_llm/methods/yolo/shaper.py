@@ -12,7 +12,7 @@ the env reward. Task sets: LBF, MPE simple spread and SMAX (``env_tasks``).
 elsewhere, e.g. one printed in a paper, as bare code or with a fenced block) through the
 same sandbox: the way to replay a model's code without the model. The paper's own
 LLM-written LBF reward function, trained on alone, gives the near-zero return of its
-Fig. 7 (experiments/RESULTS.md, YOLO-MARL ablations).
+Fig. 7.
 
 Ablations (they need ``planner: backend`` or ``file``: they change what a model is shown
 or asked):

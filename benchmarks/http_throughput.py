@@ -2,8 +2,9 @@
 
     python benchmarks/http_throughput.py --requests 500 --concurrency 1 8 32 [--json]
 
-Starts the local server (``python -m jaxmarl_llm.lm.server --backend echo`` in its own
-process, or in this process with ``--in-process``) and sends ``--requests`` short chat
+Starts the local server with the test ``echo`` backend and no faults (``python -m
+jaxmarl_llm.testing.fault_server --backend echo`` in its own process, or in this process
+with ``--in-process``) and sends ``--requests`` short chat
 requests through ``OpenAICompatibleBackend.generate`` for each ``max_concurrency``. The
 backend answers at once (plus ``--latency-ms`` per answer, to model a model), so the
 numbers measure the client + HTTP + server overhead. Reports the best of ``--repeats``.
@@ -25,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from jaxmarl_llm.lm.backend import Request, SamplingParams  # noqa: E402
 from jaxmarl_llm.lm.http import OpenAICompatibleBackend  # noqa: E402
-from jaxmarl_llm.lm.server import EchoBackend, LLMServer  # noqa: E402
+from jaxmarl_llm.lm.server import LLMServer  # noqa: E402
+from jaxmarl_llm.testing.fault_server import EchoBackend  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -38,8 +40,8 @@ def server_url(in_process: bool, latency_ms: float):
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", "jaxmarl_llm.lm.server", "--port", "0", "--backend", "echo",
-               "--latency-ms", str(latency_ms)]  # fmt: skip
+    command = [sys.executable, "-m", "jaxmarl_llm.testing.fault_server", "--port", "0",
+               "--backend", "echo", "--latency-ms", str(latency_ms)]  # fmt: skip
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The library's progress messages (LCA labelling, YOLO-MARL's plan) at INFO, on stderr;
+    # other packages' loggers stay at WARNING.
+    logging.basicConfig(format="%(message)s")
+    logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

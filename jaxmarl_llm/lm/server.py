@@ -1,9 +1,9 @@
-"""A small OpenAI-compatible HTTP server that answers from any :class:`Backend`, with faults.
+"""A small OpenAI-compatible HTTP server that answers from any :class:`Backend`.
 
-    with serve(backend, faults=FaultPlan([Fault("429", times=3, retry_after=0.1)])) as url:
+    with serve(backend) as url:
         client = OpenAICompatibleBackend(url, model="x")   # url = http://127.0.0.1:PORT/v1
 
-    python -m jaxmarl_llm.lm.server --port 8000 --backend echo [--faults 429*3,500,drop]
+    python -m jaxmarl_llm.lm.server --port 8000 --backend gemma
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions``
 (plain completion, and ``echo`` + ``logprobs`` scoring when the backend implements
@@ -16,11 +16,11 @@ in one batched call; the first piece has logprob ``None`` as in OpenAI's API. By
 rule the pieces of a candidate sum to ``log p(candidate | prompt)`` when the candidate
 starts on a piece boundary.
 
-Faults (:class:`FaultPlan`) are injected before the backend is asked: HTTP error statuses
-(429 with ``Retry-After``, 500, 503, or any 4xx), ``slow`` (answer after ``delay_s``),
-``drop`` (close the connection without a response), ``malformed`` (a 200 with a non-JSON
-body), ``bad_shape`` (a 200 with JSON lacking ``choices``) and ``truncated`` (a 200 whose
-body stops halfway and the connection closes).
+``before_request``: a callable ``(handler, path, body) -> bool`` that sees every parsed
+POST before the backend does; it may answer through the handler's ``send_json`` /
+``send_bytes`` / ``send_error_json``, cut the connection with ``drop``, or pause with
+``wait``, and returns True when it has finished the request itself.
+:mod:`jaxmarl_llm.testing.fault_server` injects HTTP faults this way.
 """
 
 from __future__ import annotations
@@ -29,133 +29,21 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import random
+import logging
+import os
 import re
 import socket
-import sys
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from jaxmarl_llm.lm.backend import Backend, Completion, Request, SamplingParams
 
-NAMED_FAULTS = ("slow", "drop", "malformed", "bad_shape", "truncated")
-RANDOM_FAULT_KINDS = ("429", "500", "503", "drop", "malformed", "truncated")
-
-
-@dataclasses.dataclass(frozen=True)
-class Fault:
-    """One fault rule. ``kind``: an HTTP status ("429", 500, "404", ...) or one of
-    ``slow``/``drop``/``malformed``/``bad_shape``/``truncated``. ``times``: how many
-    matching requests it hits (None: all of them). ``path``: only requests whose path ends
-    with it (e.g. "chat/completions"); ``match``: only request bodies it accepts.
-    ``retry_after``: the header sent with a status fault (seconds; fractions allowed);
-    ``delay_s``: how long ``slow`` waits before answering."""
-
-    kind: str | int
-    times: int | None = 1
-    retry_after: float | None = None
-    delay_s: float = 5.0
-    message: str = ""
-    path: str | None = None
-    match: Callable[[Mapping[str, Any]], bool] | None = None
-
-    def __post_init__(self):
-        kind = str(self.kind)
-        if kind not in NAMED_FAULTS and not (kind.isdigit() and 400 <= int(kind) <= 599):
-            raise ValueError(f"unknown fault kind {self.kind!r}: an HTTP status or {NAMED_FAULTS}")
-        object.__setattr__(self, "kind", kind)
-        if self.times is not None and self.times < 1:
-            raise ValueError(f"Fault.times must be >= 1 or None, got {self.times}")
-
-    @property
-    def status(self) -> int | None:
-        return int(self.kind) if self.kind.isdigit() else None
-
-
-def prompt_contains(text: str) -> Callable[[Mapping[str, Any]], bool]:
-    """A ``Fault.match`` hitting requests whose prompt or messages contain ``text``."""
-
-    def match(body: Mapping[str, Any]) -> bool:
-        return text in json.dumps(body.get("messages", body.get("prompt", "")))
-
-    return match
-
-
-class FaultPlan:
-    """An ordered list of fault rules, plus optional random faults (``rate``, seeded).
-
-    Each request takes the first rule that matches it and has hits left; with none, a
-    random fault fires with probability ``rate``. Thread-safe. ``injected`` lists
-    ``(kind, path)`` of every fault fired, in order.
-    """
-
-    def __init__(
-        self,
-        faults: Iterable[Fault] = (),
-        *,
-        rate: float = 0.0,
-        kinds: Iterable[str] = RANDOM_FAULT_KINDS,
-        seed: int = 0,
-        retry_after: float | None = 0.0,
-    ):
-        self._rules = [[fault, fault.times] for fault in faults]
-        self.rate = float(rate)
-        self._random_faults = [Fault(k, times=None, retry_after=retry_after) for k in kinds]
-        self._rng = random.Random(seed)
-        self._lock = threading.Lock()
-        self.injected: list[tuple[str, str]] = []
-
-    @classmethod
-    def parse(cls, spec: str, **kwargs) -> FaultPlan:
-        """``"429*3,500,slow:2.5,drop,429:1.0"``: kind[:arg][*times]; arg is Retry-After
-        for statuses and the delay for ``slow``; ``*0`` means every request."""
-        faults = []
-        for item in filter(None, (part.strip() for part in spec.split(","))):
-            item, _, times = item.partition("*")
-            kind, _, arg = item.partition(":")
-            count = int(times) if times else 1
-            options: dict[str, Any] = {"times": count or None}
-            if arg:
-                options["delay_s" if kind == "slow" else "retry_after"] = float(arg)
-            faults.append(Fault(kind, **options))
-        return cls(faults, **kwargs)
-
-    def add(self, kind: str | int, **options) -> FaultPlan:
-        with self._lock:
-            fault = Fault(kind, **options)
-            self._rules.append([fault, fault.times])
-        return self
-
-    def pending(self) -> int:
-        """Hits left on rules with a finite count."""
-        with self._lock:
-            return sum(left for _, left in self._rules if left is not None)
-
-    def take(self, path: str, body: Mapping[str, Any]) -> Fault | None:
-        with self._lock:
-            chosen = None
-            for rule in self._rules:
-                fault, left = rule
-                if left == 0:
-                    continue
-                if fault.path is not None and not path.rstrip("/").endswith(fault.path):
-                    continue
-                if fault.match is not None and not fault.match(body):
-                    continue
-                if left is not None:
-                    rule[1] = left - 1
-                chosen = fault
-                break
-            if chosen is None and self.rate > 0 and self._rng.random() < self.rate:
-                chosen = self._rng.choice(self._random_faults)
-            if chosen is not None:
-                self.injected.append((chosen.kind, path))
-            return chosen
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -198,6 +86,9 @@ def _count(text: str) -> int:
     return len(text.split())
 
 
+BeforeRequest = Callable[["RequestHandler", str, Mapping[str, Any]], bool]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -215,21 +106,26 @@ class _Server(ThreadingHTTPServer):
         super().shutdown_request(request)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class RequestHandler(BaseHTTPRequestHandler):
+    """One connection. Besides the routes, the methods a ``before_request`` hook may use:
+    ``send_json``, ``send_bytes``, ``send_error_json``, ``drop`` and ``wait``."""
+
     protocol_version = "HTTP/1.1"  # keep-alive, so clients can pool connections
     disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms stall
     server: _Server
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         if self.server.app.verbose:
-            sys.stderr.write(f"[server] {self.address_string()} {format % args}\n")
+            logger.info("[server] %s %s", self.address_string(), format % args)
 
-    # ----- plumbing -------------------------------------------------------------------
+    # ----- plumbing (also for before_request hooks) ------------------------------------
 
-    def _send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None):
-        self._send_bytes(status, json.dumps(obj).encode(), headers)
+    def send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None):
+        self.send_bytes(status, json.dumps(obj).encode(), headers)
 
-    def _send_bytes(self, status, data: bytes, headers=None, *, declared: int | None = None):
+    def send_bytes(self, status, data: bytes, headers=None, *, declared: int | None = None):
+        """A response with ``data`` as its body; ``declared``: the Content-Length to claim
+        instead of ``len(data)``."""
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data) if declared is None else declared))
@@ -238,10 +134,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str, headers=None, kind="invalid_request_error"):
-        self._send_json(
+    def send_error_json(
+        self, status: int, message: str, headers=None, kind="invalid_request_error"
+    ):
+        """An OpenAI-style error body: ``{"error": {"message", "type", "code"}}``."""
+        self.send_json(
             status, {"error": {"message": message, "type": kind, "code": status}}, headers
         )
+
+    def drop(self) -> None:
+        """Close the connection now, after whatever was written (no further response)."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep, but wake when the server stops."""
+        self.server.app._stopping.wait(seconds)
 
     def _authorized(self) -> bool:
         key = self.server.app.api_key
@@ -251,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         with self.server.app.stats._lock:
             self.server.app.stats.unauthorized += 1
-        self._error(401, "invalid or missing API key", kind="authentication_error")
+        self.send_error_json(401, "invalid or missing API key", kind="authentication_error")
         return False
 
     # ----- routes -----------------------------------------------------------------------
@@ -261,13 +172,13 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0].rstrip("/")
         with app.stats.track(path):
             if path == "/health":
-                return self._send_json(200, {"status": "ok"})
+                return self.send_json(200, {"status": "ok"})
             if path == "/v1/models":
                 if not self._authorized():
                     return
                 model = {"id": app.model, "object": "model", "owned_by": "jaxmarl_llm"}
-                return self._send_json(200, {"object": "list", "data": [model]})
-            self._error(404, f"no route GET {path}")
+                return self.send_json(200, {"object": "list", "data": [model]})
+            self.send_error_json(404, f"no route GET {path}")
 
     def do_POST(self):
         app = self.server.app
@@ -283,70 +194,33 @@ class _Handler(BaseHTTPRequestHandler):
     def _post(self, path: str, raw: bytes) -> None:
         app = self.server.app
         if path not in ("/v1/chat/completions", "/v1/completions"):
-            return self._error(404, f"no route POST {path}")
+            return self.send_error_json(404, f"no route POST {path}")
         if not self._authorized():
             return
         try:
             body = json.loads(raw or b"{}")
         except ValueError as exc:
-            return self._error(400, f"request body is not JSON: {exc}")
+            return self.send_error_json(400, f"request body is not JSON: {exc}")
         if not isinstance(body, dict):
-            return self._error(400, "request body must be a JSON object")
-        fault = app.faults.take(path, body) if app.faults is not None else None
-        if fault is not None and self._inject(fault):
+            return self.send_error_json(400, "request body must be a JSON object")
+        if app.before_request is not None and app.before_request(self, path, body):
             return
         if body.get("stream"):
-            return self._error(400, "streaming is not supported by this server")
+            return self.send_error_json(400, "streaming is not supported by this server")
         if app.latency_s > 0:
-            app._stopping.wait(app.latency_s)
+            self.wait(app.latency_s)
         try:
             if path == "/v1/chat/completions":
                 status, answer = app.chat(body)
             else:
                 status, answer = app.completions(body)
         except Exception as exc:  # the backend failed: a 500, like a real server
-            return self._error(
+            return self.send_error_json(
                 500, f"backend error: {type(exc).__name__}: {exc}", kind="server_error"
             )
         if status != 200:
-            return self._error(status, answer)
-        self._send_json(200, answer)
-
-    def _inject(self, fault: Fault) -> bool:
-        """Apply ``fault``; True when the request is finished (no real answer)."""
-        app = self.server.app
-        if fault.status is not None:
-            headers = {}
-            if fault.retry_after is not None:
-                headers["Retry-After"] = f"{fault.retry_after:g}"
-            elif fault.status == 429:
-                headers["Retry-After"] = "0"
-            message = fault.message or f"injected fault: HTTP {fault.status}"
-            self._error(fault.status, message, headers, kind="injected_fault")
-            return True
-        if fault.kind == "slow":
-            app._stopping.wait(fault.delay_s)
-            return False  # then answer normally (if the client is still there)
-        if fault.kind == "drop":
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
-            return True
-        if fault.kind == "malformed":
-            self._send_bytes(200, b"<html><body>502 Bad Gateway</body></html>")
-            return True
-        if fault.kind == "bad_shape":
-            self._send_json(200, {"object": "chat.completion", "result": "no choices here"})
-            return True
-        if fault.kind == "truncated":
-            data = json.dumps({"id": "x", "choices": [{"index": 0, "text": "x" * 64}]}).encode()
-            self.close_connection = True
-            self._send_bytes(200, data[: len(data) // 2], declared=len(data))
-            self.wfile.flush()
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
-            return True
-        raise AssertionError(fault.kind)
+            return self.send_error_json(status, answer)
+        self.send_json(200, answer)
 
 
 def _text_content(content: Any) -> str:
@@ -370,12 +244,13 @@ def _params(body: Mapping[str, Any], default_max_tokens: int = 256) -> SamplingP
 
 
 class LLMServer:
-    """The server object: ``url`` (``http://host:port/v1``), ``stats``, ``faults``.
+    """The server object: ``url`` (``http://host:port/v1``), ``stats``.
 
     ``api_key``: when set, requests must carry ``Authorization: Bearer <api_key>``.
     ``max_parallel``: at most this many backend calls at once (for backends that are not
     thread-safe, e.g. one accelerator); None: no limit. ``latency_s``: extra wait per
     answer (to model a slow model). ``tokenizer``: splits text into scored pieces.
+    ``before_request``: see the module docstring.
     """
 
     def __init__(
@@ -384,7 +259,7 @@ class LLMServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        faults: FaultPlan | None = None,
+        before_request: BeforeRequest | None = None,
         model: str | None = None,
         api_key: str | None = None,
         max_parallel: int | None = None,
@@ -395,7 +270,7 @@ class LLMServer:
         self.backend = backend
         self.host = host
         self.port = port
-        self.faults = faults
+        self.before_request = before_request
         self.model = model or backend.model or backend.kind
         self.api_key = api_key
         self.latency_s = float(latency_s)
@@ -417,7 +292,7 @@ class LLMServer:
 
     def start(self) -> LLMServer:
         self._stopping.clear()
-        self._httpd = _Server((self.host, self.port), _Handler)
+        self._httpd = _Server((self.host, self.port), RequestHandler)
         self._httpd.app = self
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(
@@ -429,7 +304,7 @@ class LLMServer:
     def stop(self) -> None:
         if self._httpd is None:
             return
-        self._stopping.set()  # wakes slow faults and latency waits
+        self._stopping.set()  # wakes latency waits and hooks that wait
         self._httpd.shutdown()
         for sock in list(self._open_sockets):  # idle keep-alive connections
             with contextlib.suppress(OSError):
@@ -589,34 +464,13 @@ class LLMServer:
 
 
 @contextlib.contextmanager
-def serve(backend: Backend, *, faults: FaultPlan | None = None, **options) -> Iterator[str]:
+def serve(backend: Backend, **options) -> Iterator[str]:
     """Run an :class:`LLMServer` on an ephemeral port; yields its base URL (``.../v1``)."""
-    with LLMServer(backend, faults=faults, **options) as server:
+    with LLMServer(backend, **options) as server:
         yield server.url
 
 
 # ----- command line ---------------------------------------------------------------------
-
-
-class EchoBackend(Backend):
-    """Answers with the prompt (cut to ``max_tokens`` words); scores ``-0.1`` per character."""
-
-    kind = "echo"
-    model = "echo"
-
-    def generate(self, requests, on_result=None):
-        out = []
-        for r in requests:
-            words = r.prompt.split()
-            text = " ".join(words[: r.params.max_tokens])
-            finish = "length" if len(words) > r.params.max_tokens else "stop"
-            out.append(Completion(text, len(words), min(len(words), r.params.max_tokens), finish))
-            if on_result is not None:
-                on_result(len(out) - 1, out[-1])
-        return out
-
-    def score(self, prompts, candidates):
-        return [[-0.1 * len(c) for c in cands] for cands in candidates]
 
 
 def _gemma() -> Backend:
@@ -625,7 +479,7 @@ def _gemma() -> Backend:
     return GemmaBackend()
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"echo": EchoBackend, "gemma": _gemma}
+BACKENDS: dict[str, Callable[[], Backend]] = {"gemma": _gemma}
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
@@ -633,42 +487,51 @@ def register_backend(name: str, factory: Callable[[], Backend]) -> None:
     BACKENDS[name] = factory
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser(
+    backends: Mapping[str, Callable[[], Backend]], *, default: str | None = None, description=None
+) -> argparse.ArgumentParser:
+    """The command line's options; ``--backend`` picks one of ``backends`` (required
+    unless ``default`` is given). Other entry points add their own options to it."""
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--backend", default="echo", choices=sorted(BACKENDS))
-    parser.add_argument("--model", default=None, help="model id to report (default: backend's)")
     parser.add_argument(
-        "--faults", default="", help="e.g. '429*3,500,slow:2,drop' (see FaultPlan.parse)"
+        "--backend", default=default, required=default is None, choices=sorted(backends)
     )
-    parser.add_argument("--fault-rate", type=float, default=0.0, help="random fault probability")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default=None, help="model id to report (default: backend's)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="extra wait per answer")
     parser.add_argument("--max-parallel", type=int, default=None, help="backend calls at once")
     parser.add_argument("--api-key-env", default=None, help="require the key in this env var")
-    parser.add_argument("--verbose", action="store_true")
-    args = parser.parse_args(argv)
+    parser.add_argument("--verbose", action="store_true", help="log every request")
+    return parser
+
+
+def run(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    backends: Mapping[str, Callable[[], Backend]],
+    **options,
+) -> None:
+    """Serve ``backends[args.backend]`` until interrupted; prints ``serving <model> at
+    <url>`` once it listens. ``options`` go to :class:`LLMServer`."""
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
+    )
     api_key = None
     if args.api_key_env:
-        import os
-
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             parser.error(f"environment variable {args.api_key_env} is not set")
-    faults = None
-    if args.faults or args.fault_rate:
-        faults = FaultPlan.parse(args.faults, rate=args.fault_rate, seed=args.seed)
     server = LLMServer(
-        BACKENDS[args.backend](),
+        backends[args.backend](),
         host=args.host,
         port=args.port,
-        faults=faults,
         model=args.model,
         api_key=api_key,
         max_parallel=args.max_parallel,
         latency_s=args.latency_ms / 1000.0,
         verbose=args.verbose,
+        **options,
     )
     with server:
         print(f"serving {server.model!r} at {server.url}", flush=True)
@@ -677,6 +540,11 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(3600)
         except KeyboardInterrupt:
             pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser(BACKENDS)
+    run(parser.parse_args(argv), parser, BACKENDS)
 
 
 if __name__ == "__main__":

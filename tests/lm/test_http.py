@@ -1,4 +1,5 @@
-"""OpenAICompatibleBackend against the real local server (jaxmarl_llm.lm.server), with faults."""
+"""OpenAICompatibleBackend against the real local server (jaxmarl_llm.lm.server), with the
+faults of jaxmarl_llm.testing.fault_server."""
 
 from __future__ import annotations
 
@@ -16,14 +17,13 @@ from scripts import load_script
 
 from jaxmarl_llm.lm.backend import Backend, BackendError, Completion, Request, SamplingParams
 from jaxmarl_llm.lm.http import HTTPBackendError, OpenAICompatibleBackend
-from jaxmarl_llm.lm.server import (
+from jaxmarl_llm.lm.server import BACKENDS, LLMServer, build_parser, split_pieces
+from jaxmarl_llm.testing.fault_server import (
     EchoBackend,
     Fault,
     FaultPlan,
-    LLMServer,
     prompt_contains,
     serve,
-    split_pieces,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,7 +330,7 @@ def test_usage_and_cost(make_client):
 
 def test_score_via_completions_echo_logprobs(make_client):
     plan = FaultPlan([Fault("500", times=1, path="/completions")])
-    with LLMServer(Tiny(), faults=plan) as server:
+    with LLMServer(Tiny(), before_request=plan) as server:
         client = make_client(server.url, max_concurrency=2)
         prompts = ["Which is right? Answer:", "Pick one:"]
         candidates = [[" yes", " no way"], [" A", " B", " C or D"]]
@@ -362,8 +362,8 @@ def test_server_pieces_roundtrip():
 
 def test_command_line_server(make_client):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jaxmarl_llm.lm.server", "--port", "0", "--backend", "echo",
-         "--faults", "500*1"],
+        [sys.executable, "-m", "jaxmarl_llm.testing.fault_server", "--port", "0",
+         "--backend", "echo", "--faults", "500*1"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -376,6 +376,27 @@ def test_command_line_server(make_client):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_shipped_command_line_has_no_test_backend_or_faults():
+    parser = build_parser(BACKENDS)
+    assert parser.parse_args(["--backend", "gemma", "--port", "0"]).backend == "gemma"
+    for argv in ([], ["--backend", "echo"], ["--backend", "gemma", "--faults", "500"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+
+
+def test_before_request_hook_sees_each_post_and_may_pass_it_on(make_client):
+    seen = []
+
+    def hook(handler, path, body):
+        seen.append((path, body["messages"][-1]["content"]))
+        return False
+
+    with LLMServer(Tiny(), before_request=hook) as server:
+        client = make_client(server.url, max_concurrency=1)
+        assert [c.text for c in client.generate(reqs(2))] == ["re: q0", "re: q1"]
+    assert seen == [("/v1/chat/completions", "q0"), ("/v1/chat/completions", "q1")]
 
 
 def test_fault_plan_parse_and_echo_backend():

@@ -1,6 +1,7 @@
 """LCA through ``run.py``'s runner: config validation, artifacts, comparison runs, resume."""
 
 import json
+import logging
 
 import jax
 import numpy as np
@@ -52,14 +53,16 @@ def test_lca_kwargs_are_checked_when_the_config_loads(tmp_path):
     assert cfg.shaping.kwargs.accuracy == 1.0  # defaults filled in, recorded in config.yaml
 
 
-def test_lca_run_writes_artifacts_and_compares_with_a_baseline(tmp_path):
+def test_lca_run_writes_artifacts_and_compares_with_a_baseline(tmp_path, caplog):
     baseline = tmp_path / "race_team.yaml"
     baseline.write_text(yaml.safe_dump({"name": "race_team", "env": {"name": ENV}, "algo": ALGO}))
     cfg = _cfg(tmp_path, {"name": "lca", "kwargs": LCA}, f"compare_with=[{baseline}]")
-    result = run_experiment(cfg)
+    with caplog.at_level(logging.INFO, logger="jaxmarl_llm"):
+        result = run_experiment(cfg)
     run = result.run_dir
     report = json.loads((run / "lca" / "report.json").read_text())
     assert report["pairs"] == 200 and report["label_accuracy_vs_heuristic"] == 1.0
+    assert "LCA: 200 pairs (heuristic), labels 1.000 accurate" in caplog.text
     assert (run / "lca" / "reward_model.msgpack").exists()
     assert (run / "comparison.png").exists()
     assert (run / "compare" / "race_team" / "summary.json").exists()

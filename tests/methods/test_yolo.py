@@ -1,6 +1,7 @@
 """YOLO-MARL's planning bonus: known answers, a run, and a model's code through the sandbox."""
 
 import json
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -315,7 +316,7 @@ def compute_reward(processed_state, llm_tasks, tasks):
 ```"""
 
 
-def test_the_reward_ablation_uses_the_models_reward_function(tmp_path):
+def test_the_reward_ablation_uses_the_models_reward_function(tmp_path, caplog):
     from jaxmarl_llm.lm.server import serve
     from jaxmarl_llm.methods.yolo.shaper import yolo_shaper
     from jaxmarl_llm.shaping.base import TransitionBatch
@@ -340,7 +341,9 @@ def test_the_reward_ablation_uses_the_models_reward_function(tmp_path):
             planner="backend", backend="http", function="reward",
             backend_options={"base_url": url, "model": "stand-in"},
         )  # fmt: skip
-        shaper = yolo_shaper(envs.make_array_env(ENV), cfg, "add", 1.0, tmp_path / "again")
+        with caplog.at_level(logging.INFO, logger="jaxmarl_llm"):
+            shaper = yolo_shaper(envs.make_array_env(ENV), cfg, "add", 1.0, tmp_path / "again")
+    assert "YOLO-MARL: planning function from backend (1 refused)" in caplog.text
     batch = jax.tree.map(lambda x: jnp.stack([x, x]), s)
     tb = TransitionBatch(
         obs=None, actions=jnp.array([[LOAD, LOAD], [EAST, LOAD]]), next_obs=None,

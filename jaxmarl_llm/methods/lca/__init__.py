@@ -9,6 +9,7 @@ confidence-weighted Bradley-Terry loss, and trains on ``r_i = sigma_i(o'_i) - si
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -18,6 +19,8 @@ from jaxmarl_llm.methods.lca.online import LCAFeedback
 from jaxmarl_llm.methods.lca.pipeline import LCAResult, prepare
 from jaxmarl_llm.methods.lca.potential import PotentialParams, potential_rewards, potential_shaper
 from jaxmarl_llm.shaping.registry import register_shaper
+
+logger = logging.getLogger(__name__)
 
 
 def lca_config(kwargs) -> LCAConfig:
@@ -47,10 +50,13 @@ def _build(kwargs, env, mode, coef, context):
     cfg = lca_config(kwargs)
     result = prepare(env, cfg, seed=context.seed, artifact_dir=context.artifact_dir("lca"))
     r = result.report
-    print(
-        f"LCA: {r['pairs']} pairs ({r['labeler']}), labels {r['label_accuracy_vs_heuristic']:.3f} "
-        f"accurate, model {r['val_accuracy_vs_heuristic']:.3f} on held-out pairs"
-        + (f" (loaded from {r['loaded_from']})" if "loaded_from" in r else "")
+    logger.info(
+        "LCA: %d pairs (%s), labels %.3f accurate, model %.3f on held-out pairs%s",
+        r["pairs"],
+        r["labeler"],
+        r["label_accuracy_vs_heuristic"],
+        r["val_accuracy_vs_heuristic"],
+        f" (loaded from {r['loaded_from']})" if "loaded_from" in r else "",
     )
     shaper = potential_shaper(env.env, result.model, result.params, mode, coef, cfg.gamma)
     if cfg.online_rounds:

@@ -7,13 +7,13 @@
 - ``action_matches(state, tasks, actions)``: "target food i" accepts a move that brings
   the agent closer (Manhattan) to a cell next to food i, and ``LOAD`` once it is next to
   it (the paper's rule); "pickup" accepts ``LOAD``. A task naming collected food accepts
-  anything (there is nothing left to do for it). Two refinements close loopholes MAPPO
-  found (experiments/RESULTS.md): ``NONE`` next to the food is not accepted (an agent
-  parked there collected the bonus forever), and a move only counts if its cell is open
-  now (on the grid, no food, no other agent), with any open move accepted as a detour
-  when no open cell is closer. Without the latter, an agent lined up behind its partner
-  "approached" by bumping into it every step while the partner loaded alone: both
-  matched their tasks for the rest of the episode and never collected anything.
+  anything (there is nothing left to do for it). Two refinements close loopholes that
+  MAPPO exploits under the paper's rule alone: ``NONE`` next to the food is not accepted
+  (an agent parked there would collect the bonus forever), and a move only counts if its
+  cell is open now (on the grid, no food, no other agent), with any open move accepted
+  as a detour when no open cell is closer. Without the latter, an agent lined up behind
+  its partner "approaches" by bumping into it every step while the partner loads alone:
+  both match their tasks for the rest of the episode and never collect anything.
 - ``REFERENCE_PLANNING_FUNCTION``: what the scripted backend answers, compiled through
   the same sandbox as a model's answer: both agents target the nearest remaining food
   (they must load together), and pick it up once both are next to it.

@@ -12,7 +12,7 @@ the env reward. Task sets: LBF, MPE simple spread and SMAX (``env_tasks``).
 elsewhere, e.g. one printed in a paper, as bare code or with a fenced block) through the
 same sandbox: the way to replay a model's code without the model. The paper's own
 LLM-written LBF reward function, trained on alone, gives the near-zero return of its
-Fig. 7 (experiments/RESULTS.md, YOLO-MARL ablations).
+Fig. 7.
 
 Ablations (they need ``planner: backend`` or ``file``: they change what a model is shown
 or asked):
@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import logging
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.methods.yolo import lbf, mpe, smax
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+
+logger = logging.getLogger(__name__)
 
 PLANNERS = ("reference", "backend", "file")
 FUNCTIONS = ("planning", "reward")
@@ -427,8 +430,10 @@ def yolo_shaper(env: ArrayEnv, cfg: YOLOConfig, mode, coef, artifact_dir) -> Sha
         tasks, plan, record = obtain_plan(env, cfg, artifact_dir)
     except UnsafeCode as e:
         raise NoUsablePlan(f"YOLO-MARL: no usable planning function: {e}") from e
-    print(
-        f"YOLO-MARL: planning function from {record['planner']} ({len(record['refusals'])} refused)"
+    logger.info(
+        "YOLO-MARL: planning function from %s (%d refused)",
+        record["planner"],
+        len(record["refusals"]),
     )
 
     def apply(p: YOLOParams, batch: TransitionBatch) -> jax.Array:

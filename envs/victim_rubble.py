@@ -50,14 +50,10 @@ orange's potential (a unit of progress outweighs any distance).
 victim is left) solves every start: 29.7 steps on average (23-42) over 4000 random
 starts, against 25.8 (19-31) for the exact joint optimum over 60 of them.
 
-Learning (CPU, IPPO, 3 seeds, 16 envs, ``num_steps=32``, ``lr=1e-3``,
-``ent_coef=0.05``, the settings of the Victim-Rubble configs): with the oracle
-``heuristic_potential`` shaper (scale 0.05) the return reached 6.23 (94% wins) after
-210k env steps in one run and 5.70 +- 1.17 in the Fig. 3 run; on the team reward alone
-it was 2.98 (no wins). With ``ent_coef=0.01``
-the policies stopped exploring before the last stage (going home) and stayed near 3.65.
-LCA reaches 6.56 with state pairs from scripted play and stays at 2.98 with random pairs
-(experiments/RESULTS.md).
+The Victim-Rubble configs train IPPO with ``ent_coef=0.05``: with 0.01 the policies
+stop exploring before the last stage (going home). On the team reward alone no team
+learns to finish the task; the oracle ``heuristic_potential`` shaper and LCA with pairs
+from scripted play do.
 """
 
 from __future__ import annotations

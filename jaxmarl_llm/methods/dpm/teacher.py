@@ -6,7 +6,7 @@
   team's total, so in [-1, 1]); the prompt shows exactly those two states. With
   ``enemy_weight`` > 1 the damage dealt counts more than the damage taken: while a team
   loses its fights, a segment without contact (value 0) otherwise beats any segment with
-  contact, and the labels teach it to keep away from the enemy (experiments/RESULTS.md).
+  contact, and the labels teach it to keep away from the enemy.
 - Agent comparison (one step): agents focusing fire rank high (an attack scores 2 plus
   the number of other allies attacking the same enemy); a healthy agent (over half its
   health) that does not attack although an enemy is in range ranks lowest (0); agents

@@ -2,7 +2,7 @@
 
 The paper ranks one batch of pairs before training. Pairs from random play cover the
 late stages of a task thinly (on Victim-Rubble the model then ranks moves after the
-first rubble barely better than chance, experiments/RESULTS.md), and a team that has
+first rubble barely better than chance), and a team that has
 learned the early stages spends its time exactly there. Each round takes pairs from the
 states every seed's policy now visits, ranks them with the same labeler, and refits that
 seed's model, warm, on everything ranked so far (the first batch plus this seed's rounds).

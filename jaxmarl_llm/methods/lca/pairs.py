@@ -8,7 +8,7 @@ state-scoring model sees every stage of the task. Random states still cover the 
 competent team walks through thinly; ``scripted`` plays the env's scripted policy
 (``greedy_actions``) with a random action with probability ``epsilon``, like pairs taken
 from demonstrations: on Victim-Rubble that is what lets the learned potentials guide the
-late stages (experiments/RESULTS.md).
+late stages.
 """
 
 from __future__ import annotations

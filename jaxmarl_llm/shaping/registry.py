@@ -2,21 +2,25 @@
 
 Method packages register their shapers here (learned potentials, planning bonuses, ...)
 with a schema for ``shaping.kwargs`` so a bad key fails when the config is loaded,
-before anything is sampled, labelled or compiled.
+before anything is sampled, labelled or compiled. This module does not know the
+methods: packages that register shapers are named as entry points of the group
+``jaxmarl_llm.shapers`` (this project's own in ``pyproject.toml``; another package adds
+its methods the same way) and imported the first time a name is looked up.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, constant_shaper, identity_shaper
 
-# Packages whose import registers more shapers (kept lazy: they import heavier modules).
-_METHOD_PACKAGES = ("jaxmarl_llm.methods",)
+# Entry-point group of the packages whose import registers shapers (imported lazily:
+# they import heavier modules).
+PLUGIN_GROUP = "jaxmarl_llm.shapers"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +60,8 @@ def _load_methods() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        for module in _METHOD_PACKAGES:
-            importlib.import_module(module)
+        for plugin in entry_points(group=PLUGIN_GROUP):
+            plugin.load()
 
 
 def shaper_names() -> list[str]:

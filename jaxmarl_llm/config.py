@@ -444,13 +444,23 @@ def _check_shaping_kwargs(cfg: DictConfig) -> None:
         return
     schema = OmegaConf.structured(schema_type)
     raw = cfg.shaping.kwargs
-    given = OmegaConf.create(OmegaConf.to_container(raw, resolve=True) if raw is not None else {})
+    given = OmegaConf.to_container(raw, resolve=True) if raw is not None else {}
+    migrate = getattr(schema_type, "migrate", None)  # keys of saved runs to today's form
+    if migrate is not None:
+        try:
+            given = migrate(given)
+        except ValueError as e:
+            raise ConfigError(f"bad shaping.kwargs for shaper {cfg.shaping.name!r}: {e}") from e
+    given = OmegaConf.create(given)
     try:
         _coerce_integral_floats(schema, given)
         merged = OmegaConf.merge(schema, given)
     except OmegaConfBaseException as e:
         err = _explain(e, schema)
         raise ConfigError(str(err).replace("config key '", "config key 'shaping.kwargs.")) from e
+    missing = sorted(OmegaConf.missing_keys(merged))
+    if missing:
+        raise ConfigError(f"missing value for config key 'shaping.kwargs.{missing[0]}'")
     check = getattr(schema_type, "check", None)
     if check is not None:
         try:

@@ -142,8 +142,13 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.centering=true")
     with pytest.raises(ConfigError, match="missing value for config key 'shaping.kwargs.fade.upd"):
         _tiny(tmp_path, "shaping.kwargs.fade.after_win=0.5")
-    with pytest.raises(ConfigError, match="give centering or the keys it replaces"):
+    with pytest.raises(ConfigError, match=r"give centering or the keys it replaces \(center_ne"):
         _tiny(tmp_path, "shaping.kwargs.centering=mean", "shaping.kwargs.center_neutral=true")
+    with pytest.raises(ConfigError, match=r"give fade or the keys it replaces \(fade_updates\)"):
+        _tiny(tmp_path, "shaping.kwargs.fade.updates=3", "shaping.kwargs.fade_updates=4")
+    # an old key of one group beside the other group's new key is read as meant
+    mixed = _tiny(tmp_path, "shaping.kwargs.centering=neutral", "shaping.kwargs.fade_updates=4")
+    assert mixed.shaping.kwargs.centering == "neutral" and mixed.shaping.kwargs.fade.updates == 4
     with pytest.raises(ConfigError, match="center_reward: false with a place to centre"):
         _tiny(tmp_path, "shaping.kwargs.center_quantile=1.0", "shaping.kwargs.center_reward=false")
     with pytest.raises(ConfigError, match="pessimism must be >= 0, got -1"):

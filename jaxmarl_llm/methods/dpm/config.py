@@ -110,24 +110,26 @@ class DPMConfig:
         """``kwargs`` with the separate keys of saved runs (center_reward,
         center_quantile, center_neutral, fade_updates, fade_after_win) as ``centering``
         and ``fade``."""
-        old = {k: kwargs[k] for k in _OLD_CENTERING + _OLD_FADE if k in kwargs}
-        if not old:
-            return kwargs
-        clash = [k for k in ("centering", "fade") if k in kwargs]
-        if clash:
-            raise ValueError(f"give {clash[0]} or the keys it replaces ({', '.join(old)})")
-        new = {k: v for k, v in kwargs.items() if k not in old}
-        at, neutral = old.get("center_quantile"), old.get("center_neutral", False)
-        if at is not None and neutral:
-            raise ValueError("center_quantile and center_neutral both set where to centre")
-        if not old.get("center_reward", True):
-            if at is not None or neutral:
-                raise ValueError("center_reward: false with a place to centre")
-            new["centering"] = "none"
-        else:
-            new["centering"] = "neutral" if neutral else "mean" if at is None else at
-        updates, after_win = old.get("fade_updates", 0), old.get("fade_after_win", 0.0)
-        new["fade"] = {"updates": updates, "after_win": after_win} if updates or after_win else None
+        new = dict(kwargs)
+        for key, replaced in (("centering", _OLD_CENTERING), ("fade", _OLD_FADE)):
+            given = [k for k in replaced if k in new]
+            if given and key in new:
+                raise ValueError(f"give {key} or the keys it replaces ({', '.join(given)})")
+        old = {k: new.pop(k) for k in _OLD_CENTERING + _OLD_FADE if k in new}
+        if any(k in old for k in _OLD_CENTERING):
+            at, neutral = old.get("center_quantile"), old.get("center_neutral", False)
+            if at is not None and neutral:
+                raise ValueError("center_quantile and center_neutral both set where to centre")
+            if not old.get("center_reward", True):
+                if at is not None or neutral:
+                    raise ValueError("center_reward: false with a place to centre")
+                new["centering"] = "none"
+            else:
+                new["centering"] = "neutral" if neutral else "mean" if at is None else at
+        if any(k in old for k in _OLD_FADE):
+            updates, after_win = old.get("fade_updates", 0), old.get("fade_after_win", 0.0)
+            fade = {"updates": updates, "after_win": after_win}
+            new["fade"] = fade if updates or after_win else None
         return new
 
     @staticmethod

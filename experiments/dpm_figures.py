@@ -77,7 +77,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
         half = [*env, "shaping.kwargs.describe_agents=4"]
         return [dpm, ("DPM, 4 allies ranked per step", "dpm_smax_3m", half)]
     if figure == "zero":  # not in the paper: where the refit puts the reward's zero
-        quiet = [*env, "shaping.kwargs.center_neutral=true"]
+        quiet = [*env, "shaping.kwargs.centering=neutral"]
         return [
             ("DPM, zero at the round's mean, seeds 0-1", "dpm_smax_3m", env),
             ("DPM, zero at the round's quiet steps, seeds 0-1", "dpm_smax_3m", quiet),
@@ -88,9 +88,9 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
         ]
     if figure == "budget":  # 2M env steps; PyMARL's SMAC config trains 10M (t_max 10,050,000)
         two_m = [*env, "algo.total_timesteps=2000000"]
-        quiet = [*two_m, "shaping.kwargs.center_neutral=true"]
+        quiet = [*two_m, "shaping.kwargs.centering=neutral"]
         as_dpm = [*two_m, "algo.schedule_timesteps=1000000"]
-        faded = [*quiet, "algo.schedule_timesteps=1000000", "shaping.kwargs.fade_updates=200"]
+        faded = [*quiet, "algo.schedule_timesteps=1000000", "shaping.kwargs.fade.updates=200"]
         return [
             ("DPM, zero at quiet steps, seeds 0-1", "dpm_smax_3m", quiet),
             ("DPM, zero at quiet steps, seeds 2-3", "dpm_smax_3m", [*quiet, "seed=2"]),
@@ -107,7 +107,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             ("QMIX strong sparse", "qmix_smax_3m_strong_sparse", two_m),
         ]
     if figure == "pessimism":  # not in the paper: the members' std taken off their mean
-        quiet = [*env, "shaping.kwargs.center_neutral=true"]
+        quiet = [*env, "shaping.kwargs.centering=neutral"]
         if smax_map == "3m":  # where a 3m seed stalled: 1.5M-2M (budget figure, same runs)
             quiet += ["algo.total_timesteps=2000000", "algo.schedule_timesteps=1000000"]
         pess = [*quiet, "shaping.kwargs.pessimism=1.0"]
@@ -127,7 +127,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 for s in (0, 2)
             ]
         # 8m seed 0 stalled for intrinsic reward from 1.05M with pessimism alone
-        faded = [*pess, "shaping.kwargs.fade_updates=200"]
+        faded = [*pess, "shaping.kwargs.fade.updates=200"]
         two_m = "" if smax_map == "3m" else " 2M,"
         rows += [
             (
@@ -139,7 +139,7 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
         ]
         # a fixed fade stranded 3m seed 5, which had not won by the last round: each seed's
         # fade starts once it wins half its training episodes in a chunk
-        on_win = [*faded, "shaping.kwargs.fade_after_win=0.5"]
+        on_win = [*faded, "shaping.kwargs.fade.after_win=0.5"]
         rows += [
             (
                 f"DPM, quiet zero, pessimism 1, faded once winning,{two_m} seeds {s}-{s + 1}",
@@ -340,7 +340,7 @@ def run_figure(
                 "curve.png",
                 "feedback.json",
                 "eval.csv",
-                "dpm/fade_starts.json",  # fade_after_win: when each seed's fade began
+                "dpm/fade_starts.json",  # fade.after_win: when each seed's fade began
             ):
                 if (out / name).exists():
                     shutil.copy(out / name, dest / Path(name).name)

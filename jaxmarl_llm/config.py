@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from jaxmarl_llm.errors import ConfigError
@@ -172,14 +172,50 @@ def _coerce_integral_floats(schema: DictConfig, node: DictConfig) -> None:
 
 
 def load_config(name_or_path: str, overrides: list[str] | None = None) -> DictConfig:
-    path = resolve_config_path(name_or_path)
+    return build_config(_compose(resolve_config_path(name_or_path)), overrides)
+
+
+def _compose(path: Path, seen: tuple[Path, ...] = ()) -> DictConfig:
+    """The file at ``path`` merged over its ``base`` configs, each composed the same way.
+
+    ``base: NAME`` or ``base: [NAME, ...]`` (merged in order, the file last): a config
+    name from ``experiments/configs/`` or its ``base/`` folder (partial blocks), or a YAML
+    path relative to the naming file. A base's ``name`` is not inherited.
+    """
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(p.name for p in (*seen, path))
+        raise ConfigError(f"config file {seen[-1]} has a cycle of bases: {chain}")
     try:
         raw = OmegaConf.load(path)
     except Exception as e:
         raise ConfigError(f"cannot read config file {path}: {e}") from e
     if not isinstance(raw, DictConfig):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    return build_config(raw, overrides)
+        what = f"base of {seen[-1]}" if seen else "config file"
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    bases = raw.pop("base", None) or []
+    bases = [bases] if isinstance(bases, str) else bases
+    if not isinstance(bases, (list, ListConfig)):
+        raise ConfigError(f"config file {path}: 'base' must be a config name or a list of them")
+    merged = OmegaConf.create()
+    for base in bases:
+        part = _compose(_find_base(str(base), path), (*seen, path))
+        part.pop("name", None)
+        merged = OmegaConf.merge(merged, part)
+    return OmegaConf.merge(merged, raw) if bases else raw
+
+
+def _find_base(name: str, naming: Path) -> Path:
+    if name.endswith((".yaml", ".yml")):
+        candidates = [naming.parent / name]
+    else:
+        candidates = [CONFIG_DIR / f"{name}.yaml", CONFIG_DIR / "base" / f"{name}.yaml"]
+    found = [p for p in candidates if p.is_file()]
+    if len(found) != 1:
+        problem = "is ambiguous" if found else "is unknown"
+        where = " and ".join(str(p) for p in (found or candidates))
+        raise ConfigError(f"config file {naming}: base {name!r} {problem} (looked for {where})")
+    return found[0]
 
 
 def _positive(cfg: DictConfig, *keys: str) -> None:
@@ -231,13 +267,23 @@ def _check_shaping_kwargs(cfg: DictConfig) -> None:
         return
     schema = OmegaConf.structured(schema_type)
     raw = cfg.shaping.kwargs
-    given = OmegaConf.create(OmegaConf.to_container(raw, resolve=True) if raw is not None else {})
+    given = OmegaConf.to_container(raw, resolve=True) if raw is not None else {}
+    migrate = getattr(schema_type, "migrate", None)  # keys of saved runs to today's form
+    if migrate is not None:
+        try:
+            given = migrate(given)
+        except ValueError as e:
+            raise ConfigError(f"bad shaping.kwargs for shaper {cfg.shaping.name!r}: {e}") from e
+    given = OmegaConf.create(given)
     try:
         _coerce_integral_floats(schema, given)
         merged = OmegaConf.merge(schema, given)
     except OmegaConfBaseException as e:
         err = _explain(e, schema)
         raise ConfigError(str(err).replace("config key '", "config key 'shaping.kwargs.")) from e
+    missing = sorted(OmegaConf.missing_keys(merged))
+    if missing:
+        raise ConfigError(f"missing value for config key 'shaping.kwargs.{missing[0]}'")
     check = getattr(schema_type, "check", None)
     if check is not None:
         try:

@@ -64,6 +64,72 @@ def test_qlearning_schema_for_qmix():
         build_config({"algo": {"name": "qmix"}}, ["algo.clip_eps=0.1"])
 
 
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def config_dir(tmp_path, monkeypatch):
+    """A configs folder with two partial blocks in base/ and a runnable config naming both."""
+    import jaxmarl_llm.config as config
+
+    monkeypatch.setattr(config, "CONFIG_DIR", tmp_path)
+    learner = "algo: {name: ippo, lr: 1.0e-3, num_envs: 8, num_steps: 32}\nnum_seeds: 2\n"
+    _write(tmp_path / "base" / "learner.yaml", learner)
+    _write(tmp_path / "base" / "faster.yaml", "algo: {lr: 2.0e-3}\nnum_seeds: 3\nlog_every: 7\n")
+    _write(tmp_path / "top.yaml", "base: [learner, faster]\nname: top\nalgo: {num_envs: 4}\n")
+    return tmp_path
+
+
+def test_bases_merge_in_order_then_the_file_then_overrides(config_dir):
+    cfg = load_config("top", ["log_every=9"])
+    assert cfg.name == "top" and cfg.algo.name == "ippo"
+    assert cfg.algo.num_steps == 32  # from the first base only
+    assert cfg.algo.lr == pytest.approx(2e-3) and cfg.num_seeds == 3  # the later base wins
+    assert cfg.algo.num_envs == 4  # the file wins over its bases
+    assert cfg.log_every == 9  # an override wins over everything
+    assert available_configs() == ["top"]  # base/ holds blocks, not runnable configs
+
+
+def test_a_base_is_a_runnable_config_or_a_relative_path_and_its_name_is_not_inherited(
+    config_dir,
+):
+    _write(config_dir / "child.yaml", "base: top\nalgo: {name: mappo}\n")
+    _write(config_dir / "sub" / "path.yaml", "base: ../base/learner.yaml\nname: path\n")
+    child = load_config("child")
+    assert child.name == "experiment" and child.algo.name == "mappo"
+    assert child.algo.num_envs == 4 and child.algo.lr == pytest.approx(2e-3)
+    by_path = load_config(str(config_dir / "sub" / "path.yaml"))
+    assert by_path.name == "path" and by_path.algo.lr == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    "files, fragments",
+    [
+        ({"a.yaml": "base: nowhere\n"}, ["a.yaml", "base 'nowhere' is unknown"]),
+        (
+            {"a.yaml": "base: b\n", "b.yaml": "base: [learner, a]\n"},
+            ["b.yaml", "cycle of bases: a.yaml -> b.yaml -> a.yaml"],
+        ),
+        ({"a.yaml": "base: a\n"}, ["cycle of bases: a.yaml -> a.yaml"]),
+        (
+            {"a.yaml": "base: listed\n", "base/listed.yaml": "- 1\n"},
+            ["base of", "a.yaml", "listed.yaml must hold a mapping"],
+        ),
+        ({"a.yaml": "base: {learner: 1}\n"}, ["a.yaml", "'base' must be a config name"]),
+        ({"a.yaml": "base: top\n", "base/top.yaml": "num_seeds: 1\n"}, ["'top' is ambiguous"]),
+    ],
+)
+def test_bad_bases_name_the_file(config_dir, files, fragments):
+    for name, text in files.items():
+        _write(config_dir / name, text)
+    with pytest.raises(ConfigError) as e:
+        load_config("a")
+    for f in fragments:
+        assert f in str(e.value), (f, str(e.value))
+
+
 def test_unknown_config_name_lists_available():
     with pytest.raises(ConfigError, match="Available in"):
         load_config("no_such_experiment")

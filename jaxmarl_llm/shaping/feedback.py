@@ -9,7 +9,7 @@ the train state. The shaper function itself never changes, so nothing recompiles
 
 A feedback object may also have ``after_chunk(updates_done, params, metrics) -> params``,
 called after every chunk (after any round) with the chunk's metrics (leaves
-``[seeds, updates]``), for parameters that follow a schedule (DPM's ``fade_updates``); like
+``[seeds, updates]``), for parameters that follow a schedule (DPM's ``fade``); like
 ``refit`` it must depend only on its inputs, so that a resumed run continues it.
 
 ``refit`` must be deterministic given its inputs and keep whatever it accumulates on disk

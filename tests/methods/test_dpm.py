@@ -12,6 +12,7 @@ from scripts import load_script
 import envs
 from jaxmarl_llm.config import ConfigError, build_config, load_config
 from jaxmarl_llm.methods.dpm import DPMConfig, DPMFeedback, initial_params, reward_model
+from jaxmarl_llm.methods.dpm.config import Fade
 from jaxmarl_llm.methods.dpm.reward import batch_features, intrinsic_rewards
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
 from jaxmarl_llm.preferences import RewardModel
@@ -134,12 +135,22 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         _tiny(tmp_path, "shaping.kwargs.label_per_round=3")
     with pytest.raises(ConfigError, match="enemy_damage_weight must be > 0, got 0"):
         _tiny(tmp_path, "shaping.kwargs.enemy_damage_weight=0")
-    with pytest.raises(ConfigError, match=r"center_quantile must be in \[0, 1\] or null, got 1.5"):
-        _tiny(tmp_path, "shaping.kwargs.center_quantile=1.5")
-    with pytest.raises(ConfigError, match="center_quantile needs center_reward: true"):
+    for bad, shown in (("1.5", "1.5"), ("median", "'median'")):
+        with pytest.raises(ConfigError, match=f"centering={shown}; valid choices: mean, neutral"):
+            _tiny(tmp_path, f"shaping.kwargs.centering={bad}")
+    with pytest.raises(ConfigError, match="bad value for config key 'shaping.kwargs.centering'"):
+        _tiny(tmp_path, "shaping.kwargs.centering=true")
+    with pytest.raises(ConfigError, match="missing value for config key 'shaping.kwargs.fade.upd"):
+        _tiny(tmp_path, "shaping.kwargs.fade.after_win=0.5")
+    with pytest.raises(ConfigError, match=r"give centering or the keys it replaces \(center_ne"):
+        _tiny(tmp_path, "shaping.kwargs.centering=mean", "shaping.kwargs.center_neutral=true")
+    with pytest.raises(ConfigError, match=r"give fade or the keys it replaces \(fade_updates\)"):
+        _tiny(tmp_path, "shaping.kwargs.fade.updates=3", "shaping.kwargs.fade_updates=4")
+    # an old key of one group beside the other group's new key is read as meant
+    mixed = _tiny(tmp_path, "shaping.kwargs.centering=neutral", "shaping.kwargs.fade_updates=4")
+    assert mixed.shaping.kwargs.centering == "neutral" and mixed.shaping.kwargs.fade.updates == 4
+    with pytest.raises(ConfigError, match="center_reward: false with a place to centre"):
         _tiny(tmp_path, "shaping.kwargs.center_quantile=1.0", "shaping.kwargs.center_reward=false")
-    with pytest.raises(ConfigError, match="center_neutral needs center_reward: true and no"):
-        _tiny(tmp_path, "shaping.kwargs.center_neutral=true", "shaping.kwargs.center_quantile=0.5")
     with pytest.raises(ConfigError, match="pessimism must be >= 0, got -1"):
         _tiny(tmp_path, "shaping.kwargs.pessimism=-1")
     with pytest.raises(ValueError, match="needs 60 segments .* raise shaping.kwargs.collect_steps"):
@@ -156,7 +167,7 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
 
 def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
     # 6 updates, rounds after updates 2 and 4, then fading over 4 updates: weight 0.5 at 6
-    result = run_experiment(_tiny(tmp_path / "run", "shaping.kwargs.fade_updates=4"))
+    result = run_experiment(_tiny(tmp_path / "run", "shaping.kwargs.fade.updates=4"))
     rounds = json.loads((result.run_dir / "feedback.json").read_text())
     assert sorted(rounds) == ["0", "1"]
     for r in rounds.values():
@@ -368,7 +379,7 @@ def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit)
     from jaxmarl_llm.methods.dpm import dpm_shaper
 
     aenv, _ = smax
-    cfg = DPMConfig(rounds=10, every=20, fade_updates=100)  # last round after update 200
+    cfg = DPMConfig(rounds=10, every=20, fade=Fade(updates=100))  # last round after update 200
     model = reward_model(aenv, cfg)
     feedback = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=None)
     weights = [feedback.weight(u) for u in (20, 200, 250, 275, 300, 1000)]
@@ -388,7 +399,7 @@ def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit)
 
 def test_dpm_run_fades_only_the_seeds_that_won_after_the_last_round(tmp_path):
     # rounds after updates 2 and 4; a seed fades over 4 updates once it wins any episode
-    over = ("shaping.kwargs.fade_updates=4", "shaping.kwargs.fade_after_win=0.001")
+    over = ("shaping.kwargs.fade.updates=4", "shaping.kwargs.fade.after_win=0.001")
     result = run_experiment(_tiny(tmp_path / "run", *over))
     with (result.run_dir / "metrics.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if int(r["update"]) > 4]
@@ -401,7 +412,7 @@ def test_dpm_run_fades_only_the_seeds_that_won_after_the_last_round(tmp_path):
 
 def test_fading_after_a_win_starts_each_seeds_fade_when_that_seed_wins(smax, tmp_path):
     aenv, _ = smax
-    cfg = DPMConfig(rounds=1, every=10, fade_updates=4, fade_after_win=0.5)
+    cfg = DPMConfig(rounds=1, every=10, fade=Fade(updates=4, after_win=0.5))
     model = reward_model(aenv, cfg)
     feedback = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)
     one = initial_params(model, aenv, jax.random.PRNGKey(0))
@@ -437,11 +448,11 @@ def test_fading_after_a_win_starts_each_seeds_fade_when_that_seed_wins(smax, tmp
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"fade_after_win": 1.5, "fade_updates": 10}, "fade_after_win must be in"),
-        ({"fade_after_win": 0.5}, "needs fade_updates"),
+        ({"fade": Fade(updates=10, after_win=1.5)}, r"fade.after_win must be in \[0, 1\]"),
+        ({"fade": Fade(updates=0, after_win=0.5)}, "fade.updates must be >= 1, got 0"),
     ],
 )
-def test_fade_after_win_config_errors_name_the_key(kwargs, message):
+def test_fade_config_errors_name_the_key(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DPMConfig.check(DPMConfig(**kwargs))
 
@@ -559,17 +570,15 @@ def test_a_round_without_any_label_leaves_the_intrinsic_reward_off(tmp_path, sma
     np.testing.assert_array_equal(fitted.scale, [0.0, 0.0])
 
 
-@pytest.mark.parametrize("zero", ["mean", "max", "quiet"])
+@pytest.mark.parametrize("zero", ["mean", "max", "quiet", "none"])
 def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, zero):
-    """Default: mean 0 over the round's transitions; center_quantile=1: the shift sits at
-    the maximum, so no transition of the round is paid (a cost per step, never a wage);
-    center_neutral: mean 0 over the steps in which no unit's health changed."""
+    """Default: mean 0 over the round's transitions; centering=1.0: the shift sits at the
+    maximum (the 1-quantile), so no transition of the round is paid (a cost per step, never
+    a wage); centering=neutral: mean 0 over the steps in which no unit's health changed;
+    centering=none: no shift."""
     aenv, _ = smax
-    cfg = DPMConfig(
-        **{**SMALL_ROUND, "fit_steps": 20},
-        center_quantile=1.0 if zero == "max" else None,
-        center_neutral=zero == "quiet",
-    )
+    centering = {"mean": "mean", "max": 1.0, "quiet": "neutral", "none": "none"}[zero]
+    cfg = DPMConfig(**{**SMALL_ROUND, "fit_steps": 20}, centering=centering)
     model, params, batch = _round_inputs(aenv, cfg)
     fitted, report = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
     feats = jax.vmap(lambda b: batch_features(aenv, b))(batch)
@@ -591,7 +600,57 @@ def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, 
     elif zero == "max":
         np.testing.assert_allclose(r.max(-1), 0.0, atol=1e-6)
         assert np.all(np.asarray(r.mean(-1)) < -0.5 * cfg.reward_scale)
+    elif zero == "none":
+        np.testing.assert_array_equal(fitted.shift, 0.0)
+        assert np.all(np.abs(r.mean(-1)) > 1e-3), "the fitted offset should be left in"
     assert report["shift"] == np.asarray(fitted.shift).tolist()
+
+
+OLD_KEYS = {  # the defaults of the keys centering and fade replace
+    "center_reward": True,
+    "center_quantile": None,
+    "center_neutral": False,
+    "fade_updates": 0,
+    "fade_after_win": 0.0,
+}
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ({}, {"centering": "mean", "fade": None}),
+        ({"center_reward": False}, {"centering": "none", "fade": None}),
+        ({"center_quantile": 1.0}, {"centering": 1.0, "fade": None}),
+        ({"center_quantile": 0.25, "fade_updates": 10}, {"centering": 0.25, "fade": Fade(10)}),
+        (
+            {"center_neutral": True, "fade_updates": 200, "fade_after_win": 0.5},
+            {"centering": "neutral", "fade": Fade(200, 0.5)},
+        ),
+    ],
+)
+def test_a_saved_run_with_the_old_reward_keys_loads_as_their_new_form(tmp_path, old, new):
+    """Run folders store every key of the DPMConfig they ran with: evaluate.py and resume=
+    read the old keys as the one centering choice and the fade block they meant."""
+    from omegaconf import OmegaConf
+
+    from jaxmarl_llm.config import to_yaml
+    from jaxmarl_llm.methods.dpm import dpm_config
+    from jaxmarl_llm.runner import load_run_config
+
+    fade = new["fade"]
+    fade_over = (
+        [] if fade is None else [f"shaping.kwargs.fade.{k}={v}" for k, v in vars(fade).items()]
+    )
+    expected = _tiny(tmp_path, f"shaping.kwargs.centering={new['centering']}", *fade_over)
+    saved = OmegaConf.to_container(expected)
+    kwargs = saved["shaping"]["kwargs"]
+    del kwargs["centering"], kwargs["fade"]
+    kwargs.update({**OLD_KEYS, **old})
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(saved))
+    loaded = load_run_config(tmp_path)
+    assert to_yaml(loaded) == to_yaml(expected)
+    assert dpm_config(kwargs) == dpm_config(expected.shaping.kwargs)
+    assert dpm_config(kwargs) == DPMConfig(**{**expected.shaping.kwargs, **new})
 
 
 def test_smax_scene_text_follows_the_papers_prompt(smax):

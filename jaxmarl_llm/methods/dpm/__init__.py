@@ -20,7 +20,10 @@ from jaxmarl_llm.shaping.registry import register_shaper
 
 
 def dpm_config(kwargs) -> DPMConfig:
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DPMConfig), kwargs))
+    given = OmegaConf.to_container(kwargs) if OmegaConf.is_config(kwargs) else dict(kwargs)
+    return OmegaConf.to_object(
+        OmegaConf.merge(OmegaConf.structured(DPMConfig), DPMConfig.migrate(given))
+    )
 
 
 def _build(kwargs, env, mode, coef, context):

@@ -5,10 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegaconf import MISSING
+
 LABELERS = ("heuristic", "backend")
 CACHE_MODES = ("use", "replay")
 PREFERENCES = ("both", "trajectory", "agent")
 SELECTIONS = ("kendall", "random")
+CENTERINGS = ("mean", "neutral", "none")  # or a number: the quantile
+_OLD_CENTERING = ("center_reward", "center_quantile", "center_neutral")
+_OLD_FADE = ("fade_updates", "fade_after_win")
+
+
+@dataclass
+class Fade:
+    """The intrinsic reward's fade to 0 after the last feedback round."""
+
+    updates: int = MISSING  # learner updates over which it falls linearly from 1 to 0
+    # 0: every seed's fade starts at the last round; above 0: a seed's fade starts after
+    # the first chunk past the last round in which it won this fraction of its episodes
+    after_win: float = 0.0
 
 
 @dataclass
@@ -25,8 +40,7 @@ class DPMConfig:
     56 steps), 1,300 once the team wins quickly (about 16 steps). The ten rounds end at
     200k env steps, within the first 40% of a 500k-step run. On maps with long episodes
     the paper's interval is longer: 1,500 2s3z episodes of 70-85 steps are about 100
-    updates, and ``every: 80`` (rounds until 819k) kept a learning 2s3z seed from the
-    collapse seen after rounds that end at 205k (experiments/RESULTS.md, DPM).
+    updates.
     """
 
     preferences: str = "both"
@@ -44,7 +58,7 @@ class DPMConfig:
     # describe only the first k allies in agent-ranking prompts (section 4.5); 0: all
     describe_agents: int = 0
     # array teacher: rank healthy allies that do not attack lowest even with no enemy in
-    # range (default: unrated, they may be closing in); experiments/RESULTS.md, DPM
+    # range (default: unrated, they may be closing in)
     idle_out_of_range: bool = False
     # array teacher: a trajectory segment's value is enemy_damage_weight x enemy health lost
     # minus ally health lost (1: the paper's two criteria weighed alike)
@@ -72,51 +86,51 @@ class DPMConfig:
     # collected transitions is reward_scale (0 keeps the raw outputs); before the first
     # round it is 0 (an untrained net's output is noise)
     reward_scale: float = 0.05
-    # ... and shifted to mean 0 over them. The preference losses cannot see a constant
-    # offset, so the fitted one is arbitrary; left in, it pays the team for every step an
-    # episode lasts (or for ending it early) and can outweigh winning
-    # (experiments/RESULTS.md, DPM, 2026-11-25 evening). false: the raw offset, as before.
-    center_reward: bool = True
-    # ... at this quantile of the round's intrinsic rewards instead of their mean (None).
-    # 1.0 puts the shift at the maximum: the reward is <= 0 on every transition of the
-    # round, a cost per step that can never pay a team for making episodes last (the
-    # failure of the 2s3z seeds), only for ending them sooner, by winning or by losing.
-    # Measured on 3m: it frees the stalling seed of agent-only runs, and makes a
-    # both-types seed pair rush and lose in 6 steps (experiments/RESULTS.md, DPM)
-    center_quantile: float | None = None
-    # ... at the mean over the round's transitions in which no unit's health changed
-    # (the teacher's value of such a step is 0: nothing happened) instead of the mean over
-    # all of them. The teacher scores health traded, which telescopes over an episode; with
-    # its zero on quiet steps the intrinsic return follows that score, and how long an
-    # episode lasts neither pays nor costs by itself (the mean's zero makes quiet steps pay
-    # whenever fights score below average, and cost when above: the stall and the rush
-    # measured on 3m, experiments/RESULTS.md, DPM). Rounds without a quiet step use the mean.
-    center_neutral: bool = False
-    # ... and, when the learner samples, shifted again to mean 0 over the sampled batch.
-    # The round's centring holds on the states of the round; a policy that drifts after the
-    # last round can reach states the fixed ensemble pays well on average (on 2s3z a
-    # collapsed seed was paid +116 per episode against 1 for a win). Batch centring takes
-    # that average out, but not the differences: on 3m both seeds then learned to avoid
-    # the enemy until the time limit (experiments/RESULTS.md, DPM), so it is off.
+    # where each refit puts the reward's zero, over the round's transitions. The
+    # preference losses cannot see a constant offset, so the fitted one is arbitrary; left
+    # in, it pays the team for every step an episode lasts (or for ending it early).
+    # mean: their mean; neutral: the mean over those in which no unit's health changed
+    # (the teacher's zero, so that episode length alone neither pays nor costs; the mean
+    # when a round has none); a number q in [0, 1]: their q-quantile (1.0: the maximum, a
+    # cost per step that never pays a team for making episodes last); none: the raw offset
+    centering: float | int | str = "mean"
+    # ... and, when the learner samples, shifted again to mean 0 over the sampled batch,
+    # which takes out the average a drifting policy finds on states no round saw
     center_on_batch: bool = False
-    # learner updates over which the intrinsic reward fades linearly to 0 after the last
-    # round, leaving the env reward alone (0: it stays on to the end, as in the paper).
-    # The fixed post-round model keeps paying whatever it pays on states the policy
-    # reaches later; seeds that won 0.7-0.9 of their test episodes collapsed hundreds of
-    # thousands of steps after the last round (experiments/RESULTS.md, DPM)
-    fade_updates: int = 0
-    # 0: every seed's fade starts at the last round. Above 0: a seed's fade starts only
-    # after the first chunk past the last round in which it won at least this fraction of
-    # its training episodes. A fixed start stranded a seed that had not yet learned to
-    # fight (3m, 0.00 with fading against 0.90 without; experiments/RESULTS.md, DPM).
-    fade_after_win: float = 0.0
+    # fade the intrinsic reward out after the last round, leaving the env reward alone
+    # (null: it stays on to the end, as in the paper)
+    fade: Fade | None = None
     # the reward is the members' mean less pessimism x their std (0: the mean, as in the
-    # paper). The members agree where the labels constrain them and disagree on states no
-    # round saw; a policy that drifts there after the last round was paid for stalling
-    # (on 8m a stalled seed's states had 6x the members' std of a winning seed's). The
-    # refit centres and scales this pessimistic reward, so on the round's own transitions
-    # it is no cost on average.
+    # paper): the members disagree on states no round saw, where a drifting policy would
+    # otherwise be paid for stalling; the refit centres and scales this reward
     pessimism: float = 0.0
+
+    @staticmethod
+    def migrate(kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with the separate keys of saved runs (center_reward,
+        center_quantile, center_neutral, fade_updates, fade_after_win) as ``centering``
+        and ``fade``."""
+        new = dict(kwargs)
+        for key, replaced in (("centering", _OLD_CENTERING), ("fade", _OLD_FADE)):
+            given = [k for k in replaced if k in new]
+            if given and key in new:
+                raise ValueError(f"give {key} or the keys it replaces ({', '.join(given)})")
+        old = {k: new.pop(k) for k in _OLD_CENTERING + _OLD_FADE if k in new}
+        if any(k in old for k in _OLD_CENTERING):
+            at, neutral = old.get("center_quantile"), old.get("center_neutral", False)
+            if at is not None and neutral:
+                raise ValueError("center_quantile and center_neutral both set where to centre")
+            if not old.get("center_reward", True):
+                if at is not None or neutral:
+                    raise ValueError("center_reward: false with a place to centre")
+                new["centering"] = "none"
+            else:
+                new["centering"] = "neutral" if neutral else "mean" if at is None else at
+        if any(k in old for k in _OLD_FADE):
+            updates, after_win = old.get("fade_updates", 0), old.get("fade_after_win", 0.0)
+            fade = {"updates": updates, "after_win": after_win}
+            new["fade"] = fade if updates or after_win else None
+        return new
 
     @staticmethod
     def check(cfg: DPMConfig) -> None:
@@ -141,13 +155,13 @@ class DPMConfig:
         ):
             if getattr(cfg, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(cfg, key)}")
-        for key in ("rounds", "describe_agents", "fade_updates"):
+        for key in ("rounds", "describe_agents"):
             if getattr(cfg, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(cfg, key)}")
-        if not 0.0 <= cfg.fade_after_win <= 1.0:
-            raise ValueError(f"fade_after_win must be in [0, 1], got {cfg.fade_after_win}")
-        if cfg.fade_after_win > 0 and cfg.fade_updates < 1:
-            raise ValueError("fade_after_win needs fade_updates >= 1 (the length of the fade)")
+        if cfg.fade is not None and cfg.fade.updates < 1:
+            raise ValueError(f"fade.updates must be >= 1, got {cfg.fade.updates}")
+        if cfg.fade is not None and not 0.0 <= cfg.fade.after_win <= 1.0:
+            raise ValueError(f"fade.after_win must be in [0, 1], got {cfg.fade.after_win}")
         if cfg.labeler == "heuristic" and cfg.backend_options:
             raise ValueError("backend_options are only used with labeler=backend")
         if cfg.labeler == "heuristic" and cfg.backend != "scripted":
@@ -163,15 +177,10 @@ class DPMConfig:
             raise ValueError(
                 f"collect_steps={cfg.collect_steps} must be >= segment_length={cfg.segment_length}"
             )
-        at = cfg.center_quantile
-        if at is not None and not 0.0 <= at <= 1.0:
-            raise ValueError(f"center_quantile must be in [0, 1] or null, got {at}")
-        if at is not None and not cfg.center_reward:
-            raise ValueError("center_quantile needs center_reward: true (it sets where to centre)")
-        if cfg.center_neutral and (at is not None or not cfg.center_reward):
+        at = cfg.centering
+        if not (at in CENTERINGS if isinstance(at, str) else 0.0 <= at <= 1.0):
             raise ValueError(
-                "center_neutral needs center_reward: true and no center_quantile (it sets "
-                "where to centre)"
+                f"centering={at!r}; valid choices: {', '.join(CENTERINGS)} or a quantile in [0, 1]"
             )
         if cfg.enemy_damage_weight <= 0:
             raise ValueError(f"enemy_damage_weight must be > 0, got {cfg.enemy_damage_weight}")
@@ -193,3 +202,8 @@ class DPMConfig:
             if self.preferences != "trajectory"
             else 0
         )
+
+    @property
+    def center_quantile(self) -> float | None:
+        """The quantile ``centering`` names, or None for mean, neutral and none."""
+        return None if isinstance(self.centering, str) else float(self.centering)

@@ -103,27 +103,28 @@ class DPMFeedback:
         self, updates_done: int, params: DPMParams, metrics: dict | None = None
     ) -> DPMParams:
         """``params`` with the intrinsic weight due after ``updates_done`` updates: 1
-        until the last round, then falling linearly to 0 over ``fade_updates``; with
-        ``fade_after_win`` each seed's fall starts once the chunk's ``metrics`` (leaves
+        until the last round, then falling linearly to 0 over ``fade.updates``; with
+        ``fade.after_win`` each seed's fall starts once the chunk's ``metrics`` (leaves
         ``[seeds, updates]``) show it winning that fraction of its training episodes."""
-        if self.cfg.fade_updates <= 0:
+        fade = self.cfg.fade
+        if fade is None:
             return params  # no schedule: nothing to write into the train state
-        if self.cfg.fade_after_win <= 0:
+        if fade.after_win <= 0:
             return params.replace(weight=jnp.full_like(params.weight, self.weight(updates_done)))
         if self.rounds == 0 or updates_done <= self.every * self.rounds:
             return params
         if metrics is None or "win_rate" not in metrics:
             raise ValueError(
-                "fade_after_win needs the chunk's win_rate metric (an env that reports wins, "
-                "e.g. SMAX); set fade_after_win=0 to fade every seed from the last round"
+                "fade.after_win needs the chunk's win_rate metric (an env that reports wins, "
+                "e.g. SMAX); set fade.after_win=0 to fade every seed from the last round"
             )
         wins = np.asarray(metrics["win_rate"], np.float64)  # [S, n]
         weight = np.asarray(params.weight, np.float64)
         rate = np.array([np.nanmean(w) if np.isfinite(w).any() else -1.0 for w in wins])
-        falling = (weight < 1.0) | (rate >= self.cfg.fade_after_win)
+        falling = (weight < 1.0) | (rate >= fade.after_win)
         for s in np.flatnonzero(falling & (weight >= 1.0)):
             self._record_fade_start(int(s), updates_done, float(rate[s]))
-        step = wins.shape[1] / self.cfg.fade_updates
+        step = wins.shape[1] / fade.updates
         weight = np.where(falling, np.maximum(0.0, weight - step), weight)
         return params.replace(weight=jnp.asarray(weight, params.weight.dtype))
 
@@ -139,11 +140,10 @@ class DPMFeedback:
         path.write_text(json.dumps(starts, indent=1))
 
     def weight(self, updates_done: int) -> float:
-        fade = self.cfg.fade_updates
         since_last = updates_done - self.every * self.rounds
-        if fade <= 0 or self.rounds == 0 or since_last <= 0:
+        if self.cfg.fade is None or self.rounds == 0 or since_last <= 0:
             return 1.0
-        return max(0.0, 1.0 - since_last / fade)
+        return max(0.0, 1.0 - since_last / self.cfg.fade.updates)
 
     # ----- queries (pure; vmapped over seeds) -------------------------------------------
     def _queries(self, batch: TransitionBatch, params: DPMParams, key, threshold):
@@ -226,7 +226,7 @@ class DPMFeedback:
         out["eval"]["trajectory"] = trajectory_queries(k_lt, index, picked, exact)[0]
 
         # per step: SMAX's dense reward (enemy health removed / enemies), for pearson_dense,
-        # and whether no unit's health changed (quiet: the teacher's zero, center_neutral)
+        # and whether no unit's health changed (quiet: the teacher's zero, centering: neutral)
         def health_change(s, s_next):
             h0, h1 = health_fractions(env, s), health_fractions(env, s_next)
             return (h0[n:] - h1[n:]).sum() / (h0.shape[0] - n), jnp.all(h0 == h1)
@@ -434,10 +434,10 @@ class DPMFeedback:
             fitted, q["features"]
         )
         flat = raw.reshape(seeds, -1)
-        if cfg.center_reward:  # 0 at the mean (or quantile) of the round's transitions
+        if cfg.centering != "none":  # 0 at the mean (or quantile) of the round's transitions
             at = cfg.center_quantile
             shift = flat.mean(-1) if at is None else jnp.quantile(flat, at, axis=-1)
-            if cfg.center_neutral:  # ... or of its quiet ones
+            if cfg.centering == "neutral":  # ... or of its quiet ones
                 shift = _quiet_mean(raw, q["quiet"], shift)
             fitted = fitted.replace(shift=shift)
         if cfg.reward_scale > 0:

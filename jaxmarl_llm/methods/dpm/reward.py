@@ -3,8 +3,8 @@
 ``r_hat_i = weight * scale * (mean_m f_m(s, s', o_i, onehot(a_i)) - shift)`` (appendix
 A.4: one linear encoder per input, a hidden layer, one output; the members' average,
 less ``DPMConfig.pessimism`` times their std where that is set;
-``shift`` and ``scale`` are set after each refit, ``DPMConfig.center_reward``; ``weight``
-is 1 unless ``DPMConfig.fade_updates`` fades it out after the last round; with
+``shift`` and ``scale`` are set after each refit, ``DPMConfig.centering``; ``weight``
+is 1 unless ``DPMConfig.fade`` fades it out after the last round; with
 ``center_on_batch`` the shaper also subtracts the mean over the batch it scores). As a
 shaper it is applied when the off-policy learner samples a batch, with the current
 parameters, so a refitted ensemble re-scores the whole replay buffer without a relabel
@@ -33,7 +33,7 @@ class DPMParams:
     # constant offset, so the fit leaves it arbitrary; uncentered, it pays (or charges)
     # every step an episode lasts.
     shift: jax.Array
-    # [] float32: 1, falling to 0 after the last round with DPMConfig.fade_updates
+    # [] float32: 1, falling to 0 after the last round with DPMConfig.fade
     weight: jax.Array = struct.field(default_factory=lambda: jnp.ones((), jnp.float32))
 
 

@@ -221,7 +221,7 @@ def test_a_checkpoint_restores_into_a_state_with_a_field_added_since_and_empty(t
     import orbax.checkpoint as ocp
     from flax import struct
 
-    from jaxmarl_llm.runner import _checkpoints, restore_checkpoint
+    from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_checkpoint
 
     @struct.dataclass
     class OldBuffer:
@@ -240,10 +240,10 @@ def test_a_checkpoint_restores_into_a_state_with_a_field_added_since_and_empty(t
         step: jax.Array
 
     saved = State(OldBuffer(jnp.arange(6.0).reshape(2, 3)), jnp.array(7))
-    with _checkpoints(tmp_path / "ckpt", create=True) as mgr:
+    with checkpoint_manager(tmp_path / "ckpt", create=True) as mgr:
         mgr.save(4, args=ocp.args.StandardSave(saved))
     like = State(NewBuffer(jnp.zeros((2, 3))), jnp.array(0))
-    with _checkpoints(tmp_path / "ckpt") as mgr:
+    with checkpoint_manager(tmp_path / "ckpt") as mgr:
         restored = restore_checkpoint(
             mgr, 4, jax.tree.map(ocp.utils.to_shape_dtype_struct, like), tmp_path
         )
@@ -259,7 +259,7 @@ def test_a_checkpoint_of_another_code_version_is_refused_with_the_differing_arra
     import orbax.checkpoint as ocp
     from flax import struct
 
-    from jaxmarl_llm.runner import _checkpoints, restore_checkpoint
+    from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_checkpoint
 
     @struct.dataclass
     class Buffer:
@@ -272,12 +272,12 @@ def test_a_checkpoint_of_another_code_version_is_refused_with_the_differing_arra
         step: jax.Array
 
     saved = State(Buffer(jnp.arange(6.0).reshape(2, 3), jnp.ones((2, 3))), jnp.array(7))
-    with _checkpoints(tmp_path / "ckpt", create=True) as mgr:
+    with checkpoint_manager(tmp_path / "ckpt", create=True) as mgr:
         mgr.save(4, args=ocp.args.StandardSave(saved))
     abstract = lambda tree: jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
     without_next = State(Buffer(jnp.zeros((2, 3))), jnp.array(0))
     wider = State(Buffer(jnp.zeros((2, 4)), jnp.zeros((2, 3))), jnp.array(0))
-    with _checkpoints(tmp_path / "ckpt") as mgr:
+    with checkpoint_manager(tmp_path / "ckpt") as mgr:
         with pytest.raises(
             ConfigError, match=r"update 4 .*buffer\.next_obs is only in the checkpoint"
         ):

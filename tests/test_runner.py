@@ -2,6 +2,7 @@
 
 import csv
 import json
+import logging
 
 import jax
 import numpy as np
@@ -118,10 +119,11 @@ def test_resume_matches_uninterrupted_run(tmp_path, algo):
     assert evals_full == evals_res
 
 
-def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path):
+def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path, caplog):
     """With checkpoints far apart (DPM's runs save every 10 chunks), an error after the
     second chunk (a backend failing in a feedback round, Ctrl-C) saves that chunk's state,
-    and resuming from it gives the uninterrupted run."""
+    says so as a warning (shown without any logging set up), and resuming from it gives
+    the uninterrupted run."""
     sparse = ["checkpoint_every=100"]
     full = run_experiment(tiny_cfg(tmp_path / "full", "qmix", *sparse))
 
@@ -133,6 +135,8 @@ def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path):
         run_experiment(tiny_cfg(tmp_path / "failed", "qmix", *sparse), on_chunk=fail_at_update_4)
     failed_dir = tmp_path / "failed" / "run"
     assert sorted(int(p.name) for p in (failed_dir / "checkpoints").iterdir()) == [4]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"saved a checkpoint at update 4: resume={failed_dir}" in warnings
     resumed = run_experiment(tiny_cfg(tmp_path / "other", "qmix", *sparse, f"resume={failed_dir}"))
     for a, b in zip(_leaves(full.state), _leaves(resumed.state), strict=True):
         np.testing.assert_array_equal(a, b)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -223,6 +224,9 @@ def main(argv=None) -> int:
     )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every variant")
     args = p.parse_intermixed_args(argv)  # overrides may follow --only etc.
+    # run_into names each run it trains at INFO on the jaxmarl_llm logger
+    logging.basicConfig(format="%(message)s", stream=sys.stdout)
+    logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
     if args.figure == "appendix":
         from experiments.lca_reward_rollout import main as rollout
 

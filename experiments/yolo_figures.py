@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -186,6 +187,9 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="run only the configs whose name has this text")
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_intermixed_args(argv)  # overrides may follow --only etc.
+    # run_into names each run it trains at INFO on the jaxmarl_llm logger
+    logging.basicConfig(format="%(message)s", stream=sys.stdout)
+    logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
     run_figure(args.figure, args.overrides, args.quiet, args.only)
     return 0
 

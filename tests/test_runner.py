@@ -2,6 +2,7 @@
 
 import csv
 import json
+import logging
 
 import jax
 import numpy as np
@@ -118,10 +119,11 @@ def test_resume_matches_uninterrupted_run(tmp_path, algo):
     assert evals_full == evals_res
 
 
-def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path):
+def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path, caplog):
     """With checkpoints far apart (DPM's runs save every 10 chunks), an error after the
     second chunk (a backend failing in a feedback round, Ctrl-C) saves that chunk's state,
-    and resuming from it gives the uninterrupted run."""
+    says so as a warning (shown without any logging set up), and resuming from it gives
+    the uninterrupted run."""
     sparse = ["checkpoint_every=100"]
     full = run_experiment(tiny_cfg(tmp_path / "full", "qmix", *sparse))
 
@@ -133,6 +135,8 @@ def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path):
         run_experiment(tiny_cfg(tmp_path / "failed", "qmix", *sparse), on_chunk=fail_at_update_4)
     failed_dir = tmp_path / "failed" / "run"
     assert sorted(int(p.name) for p in (failed_dir / "checkpoints").iterdir()) == [4]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"saved a checkpoint at update 4: resume={failed_dir}" in warnings
     resumed = run_experiment(tiny_cfg(tmp_path / "other", "qmix", *sparse, f"resume={failed_dir}"))
     for a, b in zip(_leaves(full.state), _leaves(resumed.state), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -221,7 +225,7 @@ def test_a_checkpoint_restores_into_a_state_with_a_field_added_since_and_empty(t
     import orbax.checkpoint as ocp
     from flax import struct
 
-    from jaxmarl_llm.runner import _checkpoints, restore_checkpoint
+    from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_checkpoint
 
     @struct.dataclass
     class OldBuffer:
@@ -240,10 +244,10 @@ def test_a_checkpoint_restores_into_a_state_with_a_field_added_since_and_empty(t
         step: jax.Array
 
     saved = State(OldBuffer(jnp.arange(6.0).reshape(2, 3)), jnp.array(7))
-    with _checkpoints(tmp_path / "ckpt", create=True) as mgr:
+    with checkpoint_manager(tmp_path / "ckpt", create=True) as mgr:
         mgr.save(4, args=ocp.args.StandardSave(saved))
     like = State(NewBuffer(jnp.zeros((2, 3))), jnp.array(0))
-    with _checkpoints(tmp_path / "ckpt") as mgr:
+    with checkpoint_manager(tmp_path / "ckpt") as mgr:
         restored = restore_checkpoint(
             mgr, 4, jax.tree.map(ocp.utils.to_shape_dtype_struct, like), tmp_path
         )
@@ -259,7 +263,7 @@ def test_a_checkpoint_of_another_code_version_is_refused_with_the_differing_arra
     import orbax.checkpoint as ocp
     from flax import struct
 
-    from jaxmarl_llm.runner import _checkpoints, restore_checkpoint
+    from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_checkpoint
 
     @struct.dataclass
     class Buffer:
@@ -272,12 +276,12 @@ def test_a_checkpoint_of_another_code_version_is_refused_with_the_differing_arra
         step: jax.Array
 
     saved = State(Buffer(jnp.arange(6.0).reshape(2, 3), jnp.ones((2, 3))), jnp.array(7))
-    with _checkpoints(tmp_path / "ckpt", create=True) as mgr:
+    with checkpoint_manager(tmp_path / "ckpt", create=True) as mgr:
         mgr.save(4, args=ocp.args.StandardSave(saved))
     abstract = lambda tree: jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
     without_next = State(Buffer(jnp.zeros((2, 3))), jnp.array(0))
     wider = State(Buffer(jnp.zeros((2, 4)), jnp.zeros((2, 3))), jnp.array(0))
-    with _checkpoints(tmp_path / "ckpt") as mgr:
+    with checkpoint_manager(tmp_path / "ckpt") as mgr:
         with pytest.raises(
             ConfigError, match=r"update 4 .*buffer\.next_obs is only in the checkpoint"
         ):

@@ -1,0 +1,75 @@
+"""Runs by folder: reuse a finished run, resume a stopped one, else start it; a run's
+``compare_with`` baselines trained that way with its seeds and budget."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from jaxmarl_llm.plotting import plot_runs
+from jaxmarl_llm.runner.resume import load_run_config
+
+log = logging.getLogger(__name__)
+
+
+def finished_summary(config: str, overrides: list[str], out: Path) -> dict | None:
+    """The summary of the run in ``out`` if it finished ``config`` with ``overrides``'
+    budget (or a larger one), else None."""
+    from jaxmarl_llm.config import load_config
+
+    out = Path(out)
+    if not (out / "summary.json").exists():
+        return None
+    wanted = load_config(config, overrides).algo.total_timesteps
+    if wanted > load_run_config(out).algo.total_timesteps:
+        return None
+    return json.loads((out / "summary.json").read_text())
+
+
+def run_into(config: str, overrides: list[str], out: Path, note: str | None = None) -> dict:
+    """Run ``config`` (a name or YAML path) with ``overrides`` into ``out`` and return its
+    summary: a finished run there is reused, a killed one resumed, else it starts.
+    ``note`` is logged where a run trains."""
+    from jaxmarl_llm.config import load_config
+
+    # the loop imports this module (a run trains its comparisons once it is done)
+    from jaxmarl_llm.runner.loop import run_experiment
+
+    out = Path(out)
+    if (summary := finished_summary(config, overrides, out)) is not None:
+        return summary
+    # a finished run with a smaller budget than asked for is extended (resume) below
+    ckpt = out / "checkpoints"
+    where = f"resume={out}" if ckpt.exists() and any(ckpt.iterdir()) else f"out_dir={out}"
+    if note:
+        log.info(note)
+    return run_experiment(load_config(config, [*overrides, where])).summary
+
+
+def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:
+    """Run (or resume, or reuse) each of ``cfg.compare_with`` with this run's seeds and
+    env-step budget."""
+    dirs = {cfg.name: run_dir}
+    finals = {}
+    for other in cfg.compare_with:
+        out = run_dir / "compare" / Path(other).stem
+        overrides = [
+            f"num_seeds={cfg.num_seeds}",
+            f"seed={cfg.seed}",
+            f"algo.total_timesteps={cfg.algo.total_timesteps}",
+            f"progress={cfg.progress}",
+            f"plot={cfg.plot}",
+            "compare_with=[]",
+        ]
+        summary = run_into(other, overrides, out, f"comparison: {other} -> {out}")
+        dirs[summary["name"]] = out
+        finals[str(other)] = {
+            k: summary.get(k)
+            for k in ("name", "algo", "final_return_mean", "final_return_std", "env_steps")
+        }
+    if cfg.plot:
+        plot_runs(dirs, run_dir / "comparison.png", title=f"{cfg.env.name}")
+    return finals

@@ -1,0 +1,35 @@
+"""Online feedback rounds between chunks: each seed's current policy plays, the shaper's
+``feedback`` refits its parameters from what it played, and the train state takes them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+from omegaconf import DictConfig
+
+
+def seed_collect(learner) -> Callable:
+    """The learner's ``collect`` jitted and vmapped over seeds, the step count static."""
+    return jax.jit(jax.vmap(learner.collect, in_axes=(0, 0, None)), static_argnums=2)
+
+
+def feedback_round(
+    cfg: DictConfig, feedback, collect: Callable, state, round_index: int, run_dir: Path
+):
+    """Play each seed's policy, let ``feedback`` refit the shaper, put the result in the
+    state; the round's report goes to ``feedback.json`` (by round, so a resumed run that
+    repeats a round replaces its entry)."""
+    keys = jax.random.split(
+        jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 0xFEED + round_index), cfg.num_seeds
+    )
+    batch = collect(state, keys, int(feedback.collect_steps))
+    params, report = feedback.refit(round_index, batch, state.shaper_params)
+    state = state.replace(shaper_params=params)
+    path = run_dir / "feedback.json"
+    rounds = json.loads(path.read_text()) if path.exists() else {}
+    rounds[str(round_index)] = report
+    path.write_text(json.dumps(rounds, indent=2))
+    return state

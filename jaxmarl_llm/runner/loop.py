@@ -1,0 +1,295 @@
+"""``run_experiment``: build a run from its config, train it chunk by chunk (each chunk
+one jitted, seed-vmapped ``lax.scan`` of ``log_every`` updates), and between chunks log,
+evaluate, run feedback rounds and checkpoint on the host."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from omegaconf import DictConfig
+
+from jaxmarl_llm.config import to_yaml
+from jaxmarl_llm.learners import run_chunk
+from jaxmarl_llm.learners.base import check_train_state
+from jaxmarl_llm.plotting import plot_run
+from jaxmarl_llm.runner.build import make_env, make_shaper_and_learner, seed_keys
+from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
+from jaxmarl_llm.runner.comparisons import run_comparisons
+from jaxmarl_llm.runner.evaluation import eval_due, eval_keys, seed_evaluate
+from jaxmarl_llm.runner.feedback import feedback_round, seed_collect
+from jaxmarl_llm.runner.records import (
+    RunLog,
+    Timings,
+    eval_row,
+    is_nan,
+    metric_rows,
+    run_summary,
+    write_summary,
+)
+from jaxmarl_llm.runner.resume import chunk_lengths, new_run_dir, resolve_resume
+from jaxmarl_llm.shaping.feedback import check_feedback, due_round
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict
+    state: Any = field(repr=False, default=None)
+
+
+@dataclass
+class _Run:
+    """What the loop runs with: the resolved config and folder, the learner and the
+    jitted functions (built once; ``chunk_fns`` by chunk length), the checkpoints."""
+
+    cfg: DictConfig
+    run_dir: Path
+    learner: Any
+    feedback: Any  # the shaper's online feedback, or None
+    collect: Callable | None  # seed-vmapped ``learner.collect`` where feedback has rounds
+    evaluate: Callable | None  # seed-vmapped greedy evaluation where ``eval.every`` > 0
+    mgr: ocp.CheckpointManager | None = None
+    chunk_fns: dict[int, Any] = field(default_factory=dict)
+
+    @property
+    def steps_per_update(self) -> int:
+        return self.learner.env_steps_per_update
+
+    @property
+    def total_updates(self) -> int:
+        return self.learner.num_updates
+
+    @property
+    def chunk(self) -> int:
+        return int(self.cfg.log_every)
+
+    def chunk_fn(self, n: int):
+        """``n`` updates of every seed in one jitted call, the input state donated."""
+        if n not in self.chunk_fns:
+            self.chunk_fns[n] = jax.jit(
+                jax.vmap(lambda s: run_chunk(self.learner, s, n)), donate_argnums=0
+            )
+        return self.chunk_fns[n]
+
+    def checkpoint_due(self, done_updates: int) -> bool:
+        """Every ``checkpoint_every`` chunks, and at the end."""
+        every = self.chunk * self.cfg.checkpoint_every
+        return done_updates % every == 0 or done_updates >= self.total_updates
+
+    def checkpoint(self, done_updates: int, state) -> None:
+        save_checkpoint(self.mgr, done_updates, state)
+
+    def after_chunk(self, state, done_updates: int, metrics: dict):
+        """``state`` with the shaper parameters the feedback's ``after_chunk`` hook sets
+        from the chunk's metrics, where it has one."""
+        after_chunk = getattr(self.feedback, "after_chunk", None)
+        if after_chunk is None:
+            return state
+        return state.replace(shaper_params=after_chunk(done_updates, state.shaper_params, metrics))
+
+    def due_feedback_round(self, state, done_updates: int, timings: Timings):
+        """``state`` after the feedback round due at ``done_updates``, if one is."""
+        round_index = due_round(self.feedback, done_updates, self.total_updates)
+        if round_index is None:
+            return state
+        t1 = time.perf_counter()
+        state = feedback_round(
+            self.cfg, self.feedback, self.collect, state, round_index, self.run_dir
+        )
+        timings.feedback_s += time.perf_counter() - t1
+        return state
+
+
+def run_experiment(
+    cfg: DictConfig,
+    on_chunk: Callable[[int, Any, list[dict]], None] | None = None,
+) -> RunResult:
+    """Train ``cfg`` to completion (or continue ``cfg.resume``) and write the run folder.
+
+    ``on_chunk(updates_done, state, rows)`` is called after each chunk is logged and
+    checkpointed (tests use it to interrupt a run).
+    """
+    cfg, extended_from = resolve_resume(cfg)
+    # a bad env kwarg stops the run before its folder is written (the algo block was
+    # checked when the config was built)
+    env = make_env(cfg)
+    run_dir = Path(cfg.resume) if cfg.resume else new_run_dir(cfg)
+    run = _build(cfg, env, run_dir)
+    state, done, compile_s = _start(run, extended_from)
+    records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
+    bar = _Progress(run, done)
+    timings = Timings(compile_s=compile_s)
+    if extended_from is not None and done == extended_from // run.steps_per_update:
+        state = _catch_up_round(run, state, done, timings)
+    try:
+        for n in chunk_lengths(done, run.total_updates, run.chunk):
+            state, metrics, rows = _train_chunk(run, state, done, n, timings)
+            done += n
+            records.train(rows)
+            row = _evaluate(run, state, done, timings)
+            if row is not None:
+                records.eval(row)
+            bar.update(n, rows, row)
+            state = run.due_feedback_round(state, done, timings)
+            state = run.after_chunk(state, done, metrics)
+            if run.checkpoint_due(done):
+                run.checkpoint(done, state)
+            if on_chunk is not None:
+                on_chunk(done, state, rows)
+    except BaseException:
+        _save_unsaved(run, state, done)
+        raise
+    finally:
+        bar.close()
+        run.mgr.wait_until_finished()
+        run.mgr.close()
+        records.finish()
+    summary = _finish(run, done, timings)
+    return RunResult(run_dir=run_dir, summary=summary, state=state)
+
+
+def _build(cfg: DictConfig, env, run_dir: Path) -> _Run:
+    """The shaper and learner of ``cfg`` and the host functions the loop calls; refuses
+    feedback rounds the learner or chunking cannot host, and evaluation without a greedy
+    policy, before anything is compiled."""
+    shaper, learner = make_shaper_and_learner(cfg, env, run_dir)
+    feedback = shaper.feedback
+    collect = None
+    if feedback is not None and feedback.rounds:
+        check_feedback(feedback, int(cfg.log_every), cfg.algo.name, int(cfg.algo.num_envs))
+        collect = seed_collect(learner)
+    evaluate = seed_evaluate(cfg, env, learner)
+    return _Run(cfg, run_dir, learner, feedback, collect, evaluate)
+
+
+def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
+    """The state training starts from (initialised, or restored from a resumed run's
+    latest checkpoint), its update count, and the seconds spent initialising and
+    compiling: every chunk length the loop will use is compiled here, so that the timed
+    loop measures training only."""
+    cfg = run.cfg
+    t_compile = time.perf_counter()
+    state = jax.jit(jax.vmap(run.learner.init))(seed_keys(cfg))
+    check_train_state(state, cfg.algo.name)
+    run.mgr = checkpoint_manager(
+        run.run_dir / "checkpoints", max_to_keep=cfg.keep_checkpoints, create=True
+    )
+    done = 0
+    if cfg.resume:
+        state, done = restore_latest(run.mgr, state, run.run_dir)
+        if extended_from is not None:
+            (run.run_dir / "config.yaml").write_text(to_yaml(cfg))
+            # the run is unfinished again: a kill from here on must not leave the shorter
+            # run's summary to be taken for this one's
+            (run.run_dir / "summary.json").unlink(missing_ok=True)
+    for n in set(chunk_lengths(done, run.total_updates, run.chunk)):
+        run.chunk_fns[n] = run.chunk_fn(n).lower(state).compile()
+    if run.evaluate is not None:
+        run.evaluate = run.evaluate.lower(state, eval_keys(cfg, 0)).compile()
+    return state, done, time.perf_counter() - t_compile
+
+
+def _catch_up_round(run: _Run, state, done: int, timings: Timings):
+    """An extended run resumed at its old budget's end: the feedback round due there was
+    skipped as the run ended, so it runs now, and the checkpoint there (which predates
+    it) is replaced, so that a kill before the next one resumes with the round held."""
+    if due_round(run.feedback, done, run.total_updates) is None:
+        return state
+    state = run.due_feedback_round(state, done, timings)
+    run.mgr.delete(done)
+    run.checkpoint(done, state)
+    return state
+
+
+def _train_chunk(run: _Run, state, done: int, n: int, timings: Timings):
+    """``n`` updates from ``done``: the new state, the chunk's metrics ``[seeds, n]`` on
+    the host, and its rows for metrics.csv."""
+    t0 = time.perf_counter()
+    state, metrics = run.chunk_fn(n)(state)
+    metrics = jax.device_get(metrics)
+    dt = time.perf_counter() - t0
+    timings.run_s += dt
+    timings.run_steps += n * run.steps_per_update
+    sps = n * run.steps_per_update / dt
+    wall_s = time.perf_counter() - timings.wall0
+    rows = metric_rows(metrics, done, run.steps_per_update, wall_s, sps)
+    return state, metrics, rows
+
+
+def _evaluate(run: _Run, state, done: int, timings: Timings) -> dict | None:
+    """The eval.csv row of a greedy evaluation where one is due after ``done`` updates."""
+    if run.evaluate is None or not eval_due(run.cfg, done, run.total_updates):
+        return None
+    t1 = time.perf_counter()
+    metrics = jax.device_get(run.evaluate(state, eval_keys(run.cfg, done)))
+    row = eval_row(metrics, done, run.steps_per_update)
+    timings.eval_s += time.perf_counter() - t1
+    return row
+
+
+def _save_unsaved(run: _Run, state, done: int) -> None:
+    """On a failure between checkpoints (a backend error in a feedback round, Ctrl-C),
+    keep the chunks finished since the last one; ``state`` is the last whole chunk's."""
+    if done > 0 and done not in run.mgr.all_steps():
+        run.checkpoint(done, state)
+        # a warning, so that it shows whether or not the caller set up logging
+        log.warning("saved a checkpoint at update %d: resume=%s", done, run.run_dir)
+
+
+def _finish(run: _Run, done: int, timings: Timings) -> dict:
+    """Write summary.json and the curves, train the comparisons; the summary."""
+    cfg, run_dir = run.cfg, run.run_dir
+    summary = run_summary(cfg, run_dir, done * run.steps_per_update, timings)
+    write_summary(run_dir, summary)
+    if cfg.plot:
+        plot_run(run_dir)
+        if "final_win_rate_mean" in summary:
+            plot_run(run_dir, "win_rate", "win_curve.png")
+    if cfg.compare_with:
+        summary["compare"] = run_comparisons(cfg, run_dir)
+        write_summary(run_dir, summary)
+    return summary
+
+
+class _Progress:
+    """The progress bar in env steps, showing the latest return, steps/s, win rate and
+    greedy evaluation return."""
+
+    def __init__(self, run: _Run, done: int):
+        from tqdm.auto import tqdm
+
+        self.steps_per_update = run.steps_per_update
+        self.last_return = float("nan")
+        self.bar = tqdm(
+            total=run.total_updates * run.steps_per_update,
+            initial=done * run.steps_per_update,
+            unit="step",
+            unit_scale=True,
+            disable=not run.cfg.progress,
+            dynamic_ncols=True,
+            desc="train",
+        )
+
+    def update(self, n: int, rows: list[dict], evaluation: dict | None) -> None:
+        returns = [r["episode_return"] for r in rows if not is_nan(r.get("episode_return"))]
+        if returns:
+            self.last_return = returns[-1]
+        postfix = {"return": f"{self.last_return:.3g}", "sps": f"{rows[-1]['steps_per_s']:,.0f}"}
+        if "win_rate" in rows[-1] and not is_nan(rows[-1]["win_rate"]):
+            postfix["win"] = f"{rows[-1]['win_rate']:.2f}"
+        if evaluation is not None:
+            postfix["eval"] = f"{evaluation['eval_return']:.3g}"
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(n * self.steps_per_update)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -170,10 +170,12 @@ class OffPolicyLearner(ABC):
 
     # ----- what each learner supplies -------------------------------------------------
     @abstractmethod
-    def init_params(self, rng) -> Any: ...
+    def init_params(self, rng) -> Any:
+        """Fresh parameters (the target parameters start as a copy)."""
 
     @abstractmethod
-    def init_opt_state(self, params) -> Any: ...
+    def init_opt_state(self, params) -> Any:
+        """The optimiser state of fresh ``params``."""
 
     @abstractmethod
     def behaviour(self, state: OffPolicyState, rng, explore) -> tuple[jax.Array, Any]:
@@ -259,6 +261,7 @@ class OffPolicyLearner(ABC):
         return self.buffer.sample(buffer_state, key).experience
 
     def sample(self, state: OffPolicyState, key) -> Transition:
+        """``batch_size`` items of the train state's buffer, leaves ``[B, item...]``."""
         return self.sample_items(state.buffer, key)
 
     def shaped_rewards(self, shaper_params, items: Transition) -> jax.Array:

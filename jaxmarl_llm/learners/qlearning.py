@@ -134,6 +134,9 @@ class RecurrentQNetwork(nn.Module):
 
 
 class QLearningState(OffPolicyState):
+    """QLearning's train state: ``params``/``target_params`` hold ``{"agent": ...,
+    "mixer": ...}``; the acting GRU's carry rides along."""
+
     hidden: jax.Array  # [E, N, H] the acting GRU carry
     first: jax.Array  # [E] the current obs starts an episode (GRU carry cleared)
 

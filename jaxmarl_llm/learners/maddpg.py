@@ -18,9 +18,10 @@ on ``batch_size`` sampled transitions:
   logit (EPyMARL's ``reg``);
 - targets: Polyak averaging with ``tau`` after every gradient step.
 
-Rewards are shaped when a batch is sampled, from the shaper parameters in the train
-state (as in the QMIX learner), so the buffer holds env rewards only. ``team_reward``
-``none`` trains critic ``i`` on agent ``i``'s reward; ``sum``/``mean`` on the team's.
+The rollout, replay buffer, shaping at sample time and learn-or-skip switch are the
+off-policy skeleton's (``offpolicy``); a buffer item is one env step, with its next
+observation, legal actions and world state. ``team_reward`` ``none`` trains critic ``i``
+on agent ``i``'s reward; ``sum``/``mean`` on the team's.
 
 Metrics per update: the episode metrics of the rollout, then the means over the
 update's gradient steps of ``critic_loss``, ``actor_loss``, ``q_mean`` and
@@ -32,19 +33,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
-import flashbax as fbx
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
 from envs.array_env import ArrayEnv
-from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.learners.base import Learner, TrainState, collect_steps, episode_metrics
-from jaxmarl_llm.learners.evaluation import GreedyPolicy
+from jaxmarl_llm.learners.base import Learner
 from jaxmarl_llm.learners.networks import (
     MLP,
     Activation,
@@ -52,7 +48,16 @@ from jaxmarl_llm.learners.networks import (
     ParamSharing,
     with_agent_ids,
 )
-from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward, team_reward
+from jaxmarl_llm.learners.offpolicy import (
+    Nets,
+    OffPolicyLearner,
+    OffPolicyState,
+    Transition,
+    bad_value,
+    check_offpolicy_config,
+    option_name,
+)
+from jaxmarl_llm.shaping.base import Shaper, team_reward
 
 MASKED_LOGIT = -1e9
 TEAM_REWARDS = ("none", "sum", "mean")
@@ -93,10 +98,6 @@ class MADDPGConfig:
     team_reward: CriticReward = CriticReward.none  # none: agent i's own reward
 
 
-def _name(x) -> str:
-    return str(getattr(x, "value", x))
-
-
 def masked_logits(logits: jax.Array, avail: jax.Array) -> jax.Array:
     return jnp.where(avail, logits, MASKED_LOGIT)
 
@@ -121,93 +122,40 @@ class CentralCritic(nn.Module):
         return MLP(self.hidden, 1, self.activation, out_scale=0.01)(x)[..., 0]
 
 
-@struct.dataclass
-class Transition:
-    """One stored env step (single transitions, not sequences)."""
-
-    obs: jax.Array  # [N, D]
-    actions: jax.Array  # [N] int32
-    reward: jax.Array  # [N] env reward
-    done: jax.Array  # [] bool
-    avail: jax.Array  # [N, A]
-    world_state: jax.Array  # [S]
-    next_obs: jax.Array  # [N, D] true next observation (pre-reset)
-    next_avail: jax.Array  # [N, A]
-    next_world_state: jax.Array  # [S]
-    state: Any = None  # env state before the step, when the shaper reads it
-    next_state: Any = None  # env state after it (pre-reset), when the shaper reads it
-
-
-class MADDPGState(TrainState):
-    params: Any  # {"actor": ..., "critic": ...}
-    target_params: Any
-    opt_state: Any  # {"actor": ..., "critic": ...}
-    buffer: Any
-    obs: jax.Array  # [E, N, D]
-    avail: jax.Array  # [E, N, A]
-    env_steps: jax.Array
+class MADDPGState(OffPolicyState):
+    """MADDPG's train state: ``params``, ``target_params`` and ``opt_state`` hold
+    ``{"actor": ..., "critic": ...}``."""
 
 
 def check_config(cfg) -> None:
-    def bad(key, value, why):
-        raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
-
-    if _name(cfg.name) != "maddpg":
-        bad("name", cfg.name, "the MADDPG learner needs name: maddpg")
-    if _name(cfg.team_reward) not in TEAM_REWARDS:
-        bad("team_reward", cfg.team_reward, f"valid: {', '.join(TEAM_REWARDS)}")
-    try:
-        ParamSharing(_name(cfg.param_sharing))
-    except ValueError:
-        bad(
-            "param_sharing", cfg.param_sharing, f"valid: {', '.join(p.value for p in ParamSharing)}"
-        )
-    for key in (
-        "total_timesteps", "num_envs", "num_steps", "buffer_size", "batch_size",
-        "updates_per_rollout", "actor_lr", "critic_lr", "max_grad_norm", "temperature",
-    ):  # fmt: skip
+    if option_name(cfg.name) != "maddpg":
+        bad_value("name", cfg.name, "the MADDPG learner needs name: maddpg")
+    check_offpolicy_config(cfg, TEAM_REWARDS, sequence_items=False)
+    for key in ("actor_lr", "critic_lr", "temperature"):
         if getattr(cfg, key) <= 0:
-            bad(key, getattr(cfg, key), "must be > 0")
-    if cfg.learning_starts < 0 or cfg.actor_reg < 0:
-        bad("learning_starts/actor_reg", (cfg.learning_starts, cfg.actor_reg), "must be >= 0")
-    if cfg.batch_size > cfg.buffer_size:
-        bad("batch_size", cfg.batch_size, f"must be <= buffer_size ({cfg.buffer_size})")
-    if cfg.num_envs * cfg.num_steps > cfg.buffer_size:
-        bad("buffer_size", cfg.buffer_size, "must hold at least one rollout (num_envs * num_steps)")
-    if cfg.total_timesteps < cfg.num_envs * cfg.num_steps:
-        bad("total_timesteps", cfg.total_timesteps, "must be >= num_envs * num_steps (one update)")
-    if not 0.0 <= cfg.gamma <= 1.0:
-        bad("gamma", cfg.gamma, "must be in [0, 1]")
-    if not 0.0 < cfg.tau <= 1.0:
-        bad("tau", cfg.tau, "must be in (0, 1]")
+            bad_value(key, getattr(cfg, key), "must be > 0")
+    if cfg.actor_reg < 0:
+        bad_value("actor_reg", cfg.actor_reg, "must be >= 0")
 
 
-class MADDPG:
-    """The pieces of the MADDPG learner; ``learner()`` makes the ``Learner``."""
+class MADDPG(OffPolicyLearner):
+    """MADDPG on the off-policy skeleton: single-step items, sampled actors, Polyak
+    targets after every gradient step."""
+
+    state_cls = MADDPGState
+    always_stored = frozenset({"next_obs", "next_avail", "next_world_state"})  # critic targets
+    learn_metrics = LEARN_METRICS
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        self.cfg, self.env, self.shaper = cfg, env, shaper
-        self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
-        self.env_steps_per_update = self.num_envs * self.num_steps
-        self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
-        self.gamma, self.tau = float(cfg.gamma), float(cfg.tau)
+        super().__init__(cfg, env, shaper)
         self.temperature = float(cfg.temperature)
-        self.team = _name(cfg.team_reward)
-        self.needs = set(shaper.fields)
         n, a = env.num_agents, env.num_actions
         hidden = tuple(int(h) for h in cfg.hidden_sizes)
-        act, sharing = _name(cfg.activation), _name(cfg.param_sharing)
+        act, sharing = option_name(cfg.activation), option_name(cfg.param_sharing)
         self.actor = AgentParams(MLP(hidden, a, act, out_scale=0.01), env.agent_groups, sharing)
         self.critic = AgentParams(CentralCritic(hidden, act), env.agent_groups, sharing)
         self.actor_in = env.obs_dim + (n if cfg.agent_ids else 0)
         self.critic_in = env.world_state_dim + n * a + (n if cfg.agent_ids else 0)
-        self.buffer = fbx.make_item_buffer(
-            max_length=int(cfg.buffer_size),
-            min_length=int(cfg.batch_size),
-            sample_batch_size=int(cfg.batch_size),
-            add_sequences=False,
-            add_batches=True,
-        )
         clip = optax.clip_by_global_norm(float(cfg.max_grad_norm))
         self.tx = {
             "actor": optax.chain(clip, optax.adam(float(cfg.actor_lr))),
@@ -254,52 +202,26 @@ class MADDPG:
             "critic": self.critic.init(r_critic, jnp.zeros((1, 1, self.critic_in))),
         }
 
+    def init_opt_state(self, params) -> dict:
+        return {k: self.tx[k].init(params[k]) for k in ("actor", "critic")}
+
+    # ----- acting --------------------------------------------------------------------
     def act(self, params, obs, avail, rng) -> jax.Array:
         """Sampled legal actions ``[B, N]`` (the exploration policy)."""
         logits = self.logits(params["actor"], obs, avail)
         return jax.random.categorical(rng, logits).astype(jnp.int32)
+
+    def behaviour(self, state: MADDPGState, rng, explore):
+        return self.act(state.params, state.obs, state.avail, rng), None
 
     def greedy_act(self, state: MADDPGState, carry, obs, avail, first):
         """The most likely legal action of every actor: ``(None, actions [B, N])``."""
         logits = self.logits(state.params["actor"], obs, avail)
         return carry, jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
-    # ----- buffer --------------------------------------------------------------------
-    def _item_spec(self) -> Transition:
-        n, env = self.env.num_agents, self.env
-        env_state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1].env_state
-        state_zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), env_state)
-        obs = jnp.zeros((n, env.obs_dim), jnp.float32)
-        avail = jnp.zeros((n, env.num_actions), bool)
-        ws = jnp.zeros((env.world_state_dim,), jnp.float32)
-        return Transition(
-            obs=obs,
-            actions=jnp.zeros((n,), jnp.int32),
-            reward=jnp.zeros((n,), jnp.float32),
-            done=jnp.zeros((), bool),
-            avail=avail,
-            world_state=ws,
-            next_obs=obs,
-            next_avail=avail,
-            next_world_state=ws,
-            state=state_zeros if "state" in self.needs else None,
-            next_state=state_zeros if "next_state" in self.needs else None,
-        )
-
     def rewards(self, shaper_params, items: Transition) -> jax.Array:
         """Training reward ``[B, N]`` of sampled transitions under ``shaper_params``."""
-        batch = TransitionBatch(
-            obs=items.obs,
-            actions=items.actions,
-            next_obs=items.next_obs,
-            reward=items.reward,
-            done=items.done,
-            state=items.state,
-            next_state=items.next_state,
-            world_state=items.world_state,
-            next_world_state=items.next_world_state,
-        )
-        r = shaped_reward(self.shaper, shaper_params, batch)
+        r = self.shaped_rewards(shaper_params, items)
         if self.team == "none":
             return r
         return jnp.broadcast_to(team_reward(r, self.team)[..., None], r.shape)
@@ -330,130 +252,25 @@ class MADDPG:
         return -q_own.mean() + float(self.cfg.actor_reg) * reg
 
     # ----- learning ------------------------------------------------------------------
-    def _learn(self, state: MADDPGState, buffer_state, rng):
-        def grad_step(carry, key):
-            params, target, opt = carry
-            k_sample, k_critic, k_actor = jax.random.split(key, 3)
-            items = self.buffer.sample(buffer_state, k_sample).experience
-            (c_loss, q_mean), c_grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
-                params["critic"], target, items, state.shaper_params, k_critic
-            )
-            c_upd, c_opt = self.tx["critic"].update(c_grads, opt["critic"], params["critic"])
-            critic = optax.apply_updates(params["critic"], c_upd)
-            a_loss, a_grads = jax.value_and_grad(self.actor_loss)(
-                params["actor"], critic, items, k_actor
-            )
-            a_upd, a_opt = self.tx["actor"].update(a_grads, opt["actor"], params["actor"])
-            params = {"actor": optax.apply_updates(params["actor"], a_upd), "critic": critic}
-            target = optax.incremental_update(params, target, self.tau)
-            grad_norm = optax.tree.norm((c_grads, a_grads))
-            out = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": q_mean}
-            out["grad_norm"] = grad_norm
-            return (params, target, {"actor": a_opt, "critic": c_opt}), out
-
-        keys = jax.random.split(rng, int(self.cfg.updates_per_rollout))
-        carry = (state.params, state.target_params, state.opt_state)
-        (params, target, opt), out = jax.lax.scan(grad_step, carry, keys)
-        return params, target, opt, jax.tree.map(jnp.mean, out)
-
-    def _skip(self, state: MADDPGState, buffer_state, rng):
-        nan = jnp.full((), jnp.nan, jnp.float32)
-        return (
-            state.params,
-            state.target_params,
-            state.opt_state,
-            {k: nan for k in LEARN_METRICS},
+    def grad_step(self, nets: Nets, buffer_state, shaper_params, key) -> tuple[Nets, dict]:
+        """The critic, then the actors against the updated critic, then Polyak targets."""
+        params, target, opt = nets
+        k_sample, k_critic, k_actor = jax.random.split(key, 3)
+        items = self.sample_items(buffer_state, k_sample)
+        (c_loss, q_mean), c_grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
+            params["critic"], target, items, shaper_params, k_critic
         )
-
-    # ----- the Learner ---------------------------------------------------------------
-    def init(self, rng) -> MADDPGState:
-        rng, r_params, r_env = jax.random.split(rng, 3)
-        params = self.init_params(r_params)
-        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, self.num_envs))
-        return MADDPGState(
-            params=params,
-            target_params=params,
-            opt_state={k: self.tx[k].init(params[k]) for k in ("actor", "critic")},
-            buffer=self.buffer.init(self._item_spec()),
-            env_state=env_state,
-            obs=obs,
-            avail=jax.vmap(self.env.avail_actions)(env_state),
-            shaper_params=self.shaper.params,
-            rng=rng,
-            update_step=jnp.zeros((), jnp.int32),
-            env_steps=jnp.zeros((), jnp.int32),
+        c_upd, c_opt = self.tx["critic"].update(c_grads, opt["critic"], params["critic"])
+        critic = optax.apply_updates(params["critic"], c_upd)
+        a_loss, a_grads = jax.value_and_grad(self.actor_loss)(
+            params["actor"], critic, items, k_actor
         )
-
-    def _policy_step(self, state: MADDPGState, r_act, r_env):
-        actions = self.act(state.params, state.obs, state.avail, r_act)
-        world_state = jax.vmap(self.env.world_state)(state.env_state, state.obs)
-        res = jax.vmap(self.env.step)(
-            jax.random.split(r_env, self.num_envs), state.env_state, actions
-        )
-        next_ws = jax.vmap(self.env.state_vector)(res.terminal_env_state, res.terminal_obs)
-        item = Transition(
-            obs=state.obs,
-            actions=actions,
-            reward=res.reward,
-            done=res.done,
-            avail=state.avail,
-            world_state=world_state,
-            next_obs=res.terminal_obs,
-            next_avail=res.avail_actions,  # only read where the episode goes on
-            next_world_state=next_ws,
-            state=state.env_state.env_state if "state" in self.needs else None,
-            next_state=res.terminal_env_state if "next_state" in self.needs else None,
-        )
-        state = state.replace(env_state=res.state, obs=res.obs, avail=res.avail_actions)
-        return state, item, res
-
-    def _rollout_step(self, state: MADDPGState, _):
-        rng, r_act, r_env = jax.random.split(state.rng, 3)
-        state, item, res = self._policy_step(state, r_act, r_env)
-        return state.replace(rng=rng), (item, res.done, res.info)
-
-    def collect(self, state: MADDPGState, key: jax.Array, steps: int) -> TransitionBatch:
-        """``steps`` steps of the current policy (leaves ``[steps, E, ...]``); ``state``
-        is unchanged."""
-
-        def act(s, k):
-            s_next, item, res = self._policy_step(s, *jax.random.split(k))
-            return s_next, item.actions, res
-
-        return collect_steps(self.env, act, state, key, steps)
-
-    def update(self, state: MADDPGState) -> tuple[MADDPGState, dict]:
-        state, (items, done, info) = jax.lax.scan(self._rollout_step, state, None, self.num_steps)
-        flat = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), items)
-        buffer_state = self.buffer.add(state.buffer, flat)
-        env_steps = state.env_steps + self.env_steps_per_update
-        rng, r_learn = jax.random.split(state.rng)
-        can_learn = self.buffer.can_sample(buffer_state) & (env_steps >= self.cfg.learning_starts)
-        params, target, opt, learn_metrics = jax.lax.cond(
-            can_learn, self._learn, self._skip, state, buffer_state, r_learn
-        )
-        state = state.replace(
-            params=params,
-            target_params=target,
-            opt_state=opt,
-            buffer=buffer_state,
-            rng=rng,
-            update_step=state.update_step + 1,
-            env_steps=env_steps,
-        )
-        metrics = episode_metrics(done, info, self.env.has_won, self.env.return_reduction)
-        metrics.update(learn_metrics)
-        return state, metrics
-
-    def learner(self) -> Learner:
-        return Learner(
-            init=self.init,
-            update=self.update,
-            num_updates=self.num_updates,
-            env_steps_per_update=self.env_steps_per_update,
-            collect=self.collect,
-            policy=GreedyPolicy(lambda state, num_envs: None, self.greedy_act),
-        )
+        a_upd, a_opt = self.tx["actor"].update(a_grads, opt["actor"], params["actor"])
+        params = {"actor": optax.apply_updates(params["actor"], a_upd), "critic": critic}
+        target = optax.incremental_update(params, target, self.tau)
+        out = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": q_mean}
+        out["grad_norm"] = optax.tree.norm((c_grads, a_grads))
+        return Nets(params, target, {"actor": a_opt, "critic": c_opt}), out
 
 
 def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:

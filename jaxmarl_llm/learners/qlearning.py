@@ -1,28 +1,24 @@
-"""QMIX and VDN as one off-policy learner: GRU agents, a replay buffer, a mixer by name.
+"""QMIX, VDN and QPLEX as one off-policy learner: GRU agents, a mixer by name.
 
-Each update collects ``num_steps`` steps in each of ``num_envs`` auto-resetting envs
-with epsilon-greedy (legal actions only), stores every env's ``num_steps`` steps as
-one buffer item, then takes ``updates_per_rollout`` gradient steps on batches of
-items. The GRU is unrolled over each sampled sequence from a zero carry and reset at
-episode starts (as in JaxMARL's QMIX); with ``stored_hidden`` it starts from the acting
-GRU's carry stored with the item (R2D2's stored state), so the item's first, partial
-episode is not read with a cold memory. Rewards are shaped when a batch is sampled,
-with the shaper parameters in the train state, so new shaper parameters re-score old
-transitions; the buffer holds env rewards only. An item does not store what follows
-its last step, so that step is trained on only when it ends an episode (see
-``q_losses.sequence_targets``).
+The rollout, replay buffer, shaping at sample time and learn-or-skip switch are the
+off-policy skeleton's (``offpolicy``). Each update plays epsilon-greedy legal actions
+and stores every env's ``num_steps`` steps as one buffer item. The GRU is unrolled over
+each sampled sequence from a zero carry and reset at episode starts (as in JaxMARL's
+QMIX); with ``stored_hidden`` it starts from the acting GRU's carry stored with the item
+(R2D2's stored state), so the item's first, partial episode is not read with a cold
+memory. An item does not store what follows its last step, so that step is trained on
+only when it ends an episode (see ``q_losses.sequence_targets``). Target networks are
+hard copies every ``target_update_interval`` updates (``tau`` = 1).
 
 A buffer item holds obs ``[T, N, D]`` (float32), actions and env rewards ``[T, N]``,
 done ``[T]``, legal-action masks ``[T, N, A]`` and the mixer's world state ``[T, S]``,
 plus only those of ``next_obs``/``state``/``next_state``/``next_world_state`` that the
 shaper reads (about 1.2 KB per env step on SMAX 3m, 1.15 GiB per million stored steps).
 
-Metrics per update: the episode metrics of the rollout (``episode_metrics``), then
-``epsilon`` (at the start of the rollout), and the means over the update's gradient
-steps of ``loss``, ``q_mean`` (mean ``Q_tot`` of the taken actions over valid steps)
-and ``grad_norm`` (before clipping). Before learning starts (``learning_starts`` env
-steps and ``batch_size`` items stored) those three are NaN, like the episode metrics
-of an update in which no episode ended.
+Metrics per update: the episode metrics of the rollout (``episode_metrics``), the means
+over the update's gradient steps of ``loss``, ``q_mean`` (mean ``Q_tot`` of the taken
+actions over valid steps) and ``grad_norm`` (before clipping), NaN before learning
+starts, then ``epsilon`` (at the start of the rollout).
 """
 
 from __future__ import annotations
@@ -31,25 +27,29 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 import chex
-import flashbax as fbx
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import struct
 from flax.linen.initializers import constant
 
 from envs.array_env import ArrayEnv
-from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.learners.base import Learner, TrainState, collect_steps, episode_metrics
-from jaxmarl_llm.learners.evaluation import GreedyPolicy
+from jaxmarl_llm.learners.base import Learner
 from jaxmarl_llm.learners.initializers import orthogonal
 from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
 from jaxmarl_llm.learners.networks import AgentParams, ParamSharing, ResetGRU, with_agent_ids
+from jaxmarl_llm.learners.offpolicy import (
+    Nets,
+    OffPolicyLearner,
+    OffPolicyState,
+    Transition,
+    bad_value,
+    check_offpolicy_config,
+    option_name,
+)
 from jaxmarl_llm.learners.q_losses import (
     masked_argmax,
     masked_max,
@@ -57,7 +57,7 @@ from jaxmarl_llm.learners.q_losses import (
     next_agent_values,
     sequence_targets,
 )
-from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward, team_reward
+from jaxmarl_llm.shaping.base import Shaper, team_reward
 
 OPTIMIZERS = ("adam", "rmsprop")
 TEAM_REWARDS = ("sum", "mean", "first")
@@ -133,45 +133,12 @@ class RecurrentQNetwork(nn.Module):
         return carry, q
 
 
-@struct.dataclass
-class Transition:
-    """One buffer item: ``num_steps`` consecutive steps of one env, leaves ``[T, ...]``.
+class QLearningState(OffPolicyState):
+    """QLearning's train state: ``params``/``target_params`` hold ``{"agent": ...,
+    "mixer": ...}``; the acting GRU's carry rides along."""
 
-    ``next_obs``, ``state``, ``next_state`` and ``next_world_state`` are stored only
-    when the shaper reads them (``None`` otherwise); ``state``/``next_state`` are the
-    jaxmarl env states before the step and after it (pre-reset), ``next_world_state``
-    the latter's state vector.
-    """
-
-    obs: jax.Array  # [T, N, D]
-    actions: jax.Array  # [T, N] int32
-    reward: jax.Array  # [T, N] env reward
-    done: jax.Array  # [T] bool
-    avail: jax.Array  # [T, N, A] bool, legal actions at obs
-    world_state: jax.Array  # [T, S] mixer input at obs
-    next_obs: jax.Array | None = None  # [T, N, D]
-    state: Any = None
-    next_state: Any = None
-    next_world_state: jax.Array | None = None  # [T, S]
-    # [N, H] the acting GRU carry before step 0, zeros where obs[0] starts an episode
-    # (stored with algo.stored_hidden only; the one leaf without a time axis)
-    hidden0: jax.Array | None = None
-
-
-class QLearningState(TrainState):
-    params: Any  # {"agent": ..., "mixer": ...}
-    target_params: Any
-    opt_state: Any
-    buffer: Any  # flashbax buffer state, items [1, buffer_size, T, ...]
-    obs: jax.Array  # [E, N, D]
-    avail: jax.Array  # [E, N, A]
-    hidden: jax.Array  # [E, N, H]
+    hidden: jax.Array  # [E, N, H] the acting GRU carry
     first: jax.Array  # [E] the current obs starts an episode (GRU carry cleared)
-    env_steps: jax.Array  # [] int32, env steps summed over envs
-
-
-def _name(x) -> str:
-    return str(getattr(x, "value", x))
 
 
 def epsilon_schedule(cfg) -> Callable[[jax.Array], jax.Array]:
@@ -189,91 +156,47 @@ def epsilon_schedule(cfg) -> Callable[[jax.Array], jax.Array]:
     return epsilon
 
 
-def training_rewards(shaper: Shaper, shaper_params: Any, items: Transition, how: str = "sum"):
-    """Team reward ``[...]`` of stored transitions under the current shaper parameters."""
-    batch = TransitionBatch(
-        obs=items.obs,
-        actions=items.actions,
-        next_obs=items.next_obs,
-        reward=items.reward,
-        done=items.done,
-        state=items.state,
-        next_state=items.next_state,
-        world_state=items.world_state,
-        next_world_state=items.next_world_state,
-    )
-    return team_reward(shaped_reward(shaper, shaper_params, batch), how)
-
-
 def check_config(cfg) -> None:
-    def bad(key, value, why):
-        raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
-
-    name = _name(cfg.name)
+    name = option_name(cfg.name)
     if name not in MIXER_NAMES:
-        bad("name", name, f"valid: {', '.join(MIXER_NAMES)}")
-    if _name(cfg.optimizer) not in OPTIMIZERS:
-        bad("optimizer", cfg.optimizer, f"valid: {', '.join(OPTIMIZERS)}")
-    if _name(cfg.team_reward) not in TEAM_REWARDS:
-        bad("team_reward", cfg.team_reward, f"valid: {', '.join(TEAM_REWARDS)}")
-    try:
-        ParamSharing(_name(cfg.param_sharing))
-    except ValueError:
-        valid = ", ".join(p.value for p in ParamSharing)
-        bad("param_sharing", cfg.param_sharing, f"valid: {valid}")
+        bad_value("name", name, f"valid: {', '.join(MIXER_NAMES)}")
+    check_offpolicy_config(cfg, TEAM_REWARDS, sequence_items=True)
+    if option_name(cfg.optimizer) not in OPTIMIZERS:
+        bad_value("optimizer", cfg.optimizer, f"valid: {', '.join(OPTIMIZERS)}")
     for key in (
-        "total_timesteps", "num_envs", "num_steps", "buffer_size", "batch_size",
-        "updates_per_rollout", "target_update_interval", "hidden_dim", "mixer_embed_dim",
-        "mixer_hypernet_dim", "mixer_init_scale", "lr", "max_grad_norm",
+        "target_update_interval", "hidden_dim", "mixer_embed_dim", "mixer_hypernet_dim",
+        "mixer_init_scale", "lr",
     ):  # fmt: skip
         if getattr(cfg, key) <= 0:
-            bad(key, getattr(cfg, key), "must be > 0")
-    if cfg.learning_starts < 0:
-        bad("learning_starts", cfg.learning_starts, "must be >= 0")
-    if cfg.batch_size > cfg.buffer_size:
-        bad("batch_size", cfg.batch_size, f"must be <= buffer_size ({cfg.buffer_size})")
-    if cfg.num_envs > cfg.buffer_size:
-        bad("num_envs", cfg.num_envs, f"must be <= buffer_size ({cfg.buffer_size}) items")
-    if cfg.total_timesteps < cfg.num_envs * cfg.num_steps:
-        bad(
-            "total_timesteps",
-            cfg.total_timesteps,
-            f"must be >= num_envs * num_steps = {cfg.num_envs * cfg.num_steps} (one update)",
-        )
-    if not 0.0 <= cfg.gamma <= 1.0:
-        bad("gamma", cfg.gamma, "must be in [0, 1]")
+            bad_value(key, getattr(cfg, key), "must be > 0")
     if cfg.td_lambda is not None and not 0.0 <= cfg.td_lambda <= 1.0:
-        bad("td_lambda", cfg.td_lambda, "must be null (one-step targets) or in [0, 1]")
-    if not 0.0 < cfg.tau <= 1.0:
-        bad("tau", cfg.tau, "must be in (0, 1]")
+        bad_value("td_lambda", cfg.td_lambda, "must be null (one-step targets) or in [0, 1]")
     if not 0.0 <= cfg.eps_finish <= cfg.eps_start <= 1.0:
-        bad("eps_start", (cfg.eps_start, cfg.eps_finish), "need 0 <= eps_finish <= eps_start <= 1")
+        bad_value(
+            "eps_start", (cfg.eps_start, cfg.eps_finish), "need 0 <= eps_finish <= eps_start <= 1"
+        )
     if not 0.0 <= cfg.eps_decay <= 1.0:
-        bad("eps_decay", cfg.eps_decay, "must be in [0, 1] (a fraction of total_timesteps)")
+        bad_value("eps_decay", cfg.eps_decay, "must be in [0, 1] (a fraction of total_timesteps)")
     schedule = getattr(cfg, "schedule_timesteps", None)
     if schedule is not None and not schedule > 0:
-        bad("schedule_timesteps", schedule, "must be null (total_timesteps) or > 0")
+        bad_value("schedule_timesteps", schedule, "must be null (total_timesteps) or > 0")
 
 
-class QLearning:
-    """The pieces of the QMIX/VDN learner for one config, env and shaper.
+class QLearning(OffPolicyLearner):
+    """QMIX/VDN/QPLEX on the off-policy skeleton: sequence items, epsilon-greedy GRU
+    agents, hard target copies every ``target_update_interval`` updates. ``act``,
+    ``loss`` and ``team_rewards`` are exposed for evaluation and tests."""
 
-    ``init``/``update`` make the ``Learner``; ``act``, ``sample``, ``loss`` and
-    ``team_rewards`` are exposed for evaluation and tests. All are pure and jittable.
-    """
+    state_cls = QLearningState
+    sequence_items = True
+    learn_metrics = LEARN_METRICS
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        self.cfg, self.env, self.shaper = cfg, env, shaper
-        self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
-        self.env_steps_per_update = self.num_envs * self.num_steps
-        self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
+        super().__init__(cfg, env, shaper)
         self.hidden_dim = int(cfg.hidden_dim)
-        self.gamma = float(cfg.gamma)
         self.td_lambda = None if cfg.td_lambda is None else float(cfg.td_lambda)
         self.double_q = bool(cfg.double_q)
         self.stored_hidden = bool(cfg.stored_hidden)
-        self.team = _name(cfg.team_reward)
-        self.needs = set(shaper.fields)
         self.epsilon = epsilon_schedule(cfg)
 
         n = env.num_agents
@@ -281,21 +204,15 @@ class QLearning:
         self.agent = AgentParams(
             RecurrentQNetwork(env.num_actions, self.hidden_dim),
             env.agent_groups,
-            _name(cfg.param_sharing),
+            option_name(cfg.param_sharing),
         )
-        self.mixer = make_mixer(_name(cfg.name), cfg)
-        self.buffer = fbx.make_item_buffer(
-            max_length=int(cfg.buffer_size),
-            min_length=int(cfg.batch_size),
-            sample_batch_size=int(cfg.batch_size),
-            add_sequences=False,
-            add_batches=True,
-        )
+        self.mixer = make_mixer(option_name(cfg.name), cfg)
 
         first_learning_update = math.ceil(cfg.learning_starts / self.env_steps_per_update)
         grad_steps = max(1, (self.num_updates - first_learning_update) * cfg.updates_per_rollout)
         lr = optax.linear_schedule(cfg.lr, 0.0, grad_steps) if cfg.lr_linear_decay else cfg.lr
-        opt = optax.adam(lr) if _name(cfg.optimizer) == "adam" else optax.rmsprop(lr, 0.99, 1e-5)
+        adam = option_name(cfg.optimizer) == "adam"
+        opt = optax.adam(lr) if adam else optax.rmsprop(lr, 0.99, 1e-5)
         self.tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), opt)
 
     # ----- networks ------------------------------------------------------------------
@@ -326,6 +243,10 @@ class QLearning:
         )
         return {"agent": agent, "mixer": mixer}
 
+    def init_opt_state(self, params):
+        return self.tx.init(params)
+
+    # ----- acting --------------------------------------------------------------------
     def act(self, params, hidden, obs, avail, first, rng, epsilon):
         """Epsilon-greedy legal actions for one step: hidden ``[B, N, H]``, obs ``[B, N, D]``,
         avail ``[B, N, A]``, first ``[B]`` -> (hidden, actions ``[B, N]``, q ``[B, N, A]``)."""
@@ -337,6 +258,27 @@ class QLearning:
         explore = jax.random.uniform(r_explore, greedy.shape) < epsilon
         return hidden, jnp.where(explore, random, greedy), q
 
+    def exploration(self, env_steps):
+        return self.epsilon(env_steps)
+
+    def behaviour(self, state: QLearningState, rng, epsilon):
+        hidden, actions, _ = self.act(
+            state.params, state.hidden, state.obs, state.avail, state.first, rng, epsilon
+        )
+        return actions, hidden
+
+    def init_policy_state(self, num_envs: int) -> dict:
+        return {
+            "hidden": jnp.zeros((num_envs, self.env.num_agents, self.hidden_dim)),
+            "first": jnp.ones((num_envs,), bool),
+        }
+
+    def advance(self, state: QLearningState, hidden, res) -> QLearningState:
+        return super().advance(state, hidden, res).replace(hidden=hidden, first=res.done)
+
+    def rollout_metrics(self, start: QLearningState) -> dict:
+        return {"epsilon": self.epsilon(start.env_steps)}
+
     def greedy_act(self, state: QLearningState, hidden, obs, avail, first):
         """The legal action of highest Q (epsilon 0): ``(hidden, actions [B, N])``."""
         hidden, q = self.agent_q(state.params["agent"], hidden, obs[None], first[None])
@@ -346,42 +288,20 @@ class QLearning:
         return jnp.zeros((num_envs, self.env.num_agents, self.hidden_dim))
 
     # ----- buffer --------------------------------------------------------------------
-    def _item_spec(self) -> Transition:
-        """Zeros with the layout of one stored item (flashbax infers storage from it)."""
-        T, n, env = self.num_steps, self.env.num_agents, self.env
-        env_state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1].env_state
-        state_zeros = jax.tree.map(lambda s: jnp.zeros((T, *s.shape), s.dtype), env_state)
-        obs_zeros = jnp.zeros((T, n, env.obs_dim), jnp.float32)
-        return Transition(
-            obs=obs_zeros,
-            actions=jnp.zeros((T, n), jnp.int32),
-            reward=jnp.zeros((T, n), jnp.float32),
-            done=jnp.zeros((T,), bool),
-            avail=jnp.zeros((T, n, env.num_actions), bool),
-            world_state=jnp.zeros((T, env.world_state_dim), jnp.float32),
-            next_obs=obs_zeros if "next_obs" in self.needs else None,
-            state=state_zeros if "state" in self.needs else None,
-            next_state=state_zeros if "next_state" in self.needs else None,
-            next_world_state=(
-                jnp.zeros((T, env.world_state_dim), jnp.float32)
-                if "next_world_state" in self.needs
-                else None
-            ),
-            hidden0=jnp.zeros((n, self.hidden_dim)) if self.stored_hidden else None,
-        )
+    def item_spec(self) -> Transition:
+        hidden0 = jnp.zeros((self.env.num_agents, self.hidden_dim)) if self.stored_hidden else None
+        return super().item_spec().replace(hidden0=hidden0)
 
-    def buffer_nbytes(self) -> int:
-        """Bytes the replay buffer state occupies (from shapes; nothing is allocated)."""
-        shapes = jax.eval_shape(lambda: self.buffer.init(self._item_spec()))
-        return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)))
-
-    def sample(self, state: QLearningState, rng) -> Transition:
-        """A batch of ``batch_size`` stored items, leaves ``[B, T, ...]``."""
-        return self.buffer.sample(state.buffer, rng).experience
+    def rollout_items(self, start: QLearningState, steps: Transition) -> Transition:
+        items = super().rollout_items(start, steps)  # [E, T, ...]
+        if not self.stored_hidden:
+            return items
+        # the carry each item starts from, zero where its first obs starts an episode
+        return items.replace(hidden0=jnp.where(start.first[:, None, None], 0.0, start.hidden))
 
     def team_rewards(self, shaper_params, items: Transition) -> jax.Array:
         """Shaped team reward ``[B, T]`` of sampled items under ``shaper_params``."""
-        return training_rewards(self.shaper, shaper_params, items, self.team)
+        return team_reward(self.shaped_rewards(shaper_params, items), self.team)
 
     # ----- learning ------------------------------------------------------------------
     def loss(self, params, target_params, items: Transition, shaper_params):
@@ -417,148 +337,22 @@ class QLearning:
         q_mean = (m * jax.lax.stop_gradient(q_tot)).sum() / jnp.maximum(m.sum(), 1.0)
         return loss, q_mean
 
-    def _learn(self, state: QLearningState, buffer_state, rng):
-        def grad_step(carry, key):
-            params, opt_state = carry
-            items = self.buffer.sample(buffer_state, key).experience
-            (loss, q_mean), grads = jax.value_and_grad(self.loss, has_aux=True)(
-                params, state.target_params, items, state.shaper_params
-            )
-            updates, opt_state = self.tx.update(grads, opt_state, params)
-            params = optax.apply_updates(params, updates)
-            grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grads)))
-            out = {"loss": loss, "q_mean": q_mean, "grad_norm": grad_norm}
-            return (params, opt_state), out
-
-        keys = jax.random.split(rng, int(self.cfg.updates_per_rollout))
-        (params, opt_state), out = jax.lax.scan(grad_step, (state.params, state.opt_state), keys)
-        return params, opt_state, jax.tree.map(jnp.mean, out)
-
-    def _skip(self, state: QLearningState, buffer_state, rng):
-        nan = jnp.full((), jnp.nan, jnp.float32)
-        return state.params, state.opt_state, {k: nan for k in LEARN_METRICS}
-
-    # ----- the Learner ---------------------------------------------------------------
-    def init(self, rng) -> QLearningState:
-        rng, r_params, r_env = jax.random.split(rng, 3)
-        params = self.init_params(r_params)
-        E, n = self.num_envs, self.env.num_agents
-        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, E))
-        return QLearningState(
-            params=params,
-            target_params=params,
-            opt_state=self.tx.init(params),
-            buffer=self.buffer.init(self._item_spec()),
-            env_state=env_state,
-            obs=obs,
-            avail=jax.vmap(self.env.avail_actions)(env_state),
-            hidden=jnp.zeros((E, n, self.hidden_dim)),
-            first=jnp.ones((E,), bool),
-            shaper_params=self.shaper.params,
-            rng=rng,
-            update_step=jnp.zeros((), jnp.int32),
-            env_steps=jnp.zeros((), jnp.int32),
+    def grad_step(self, nets: Nets, buffer_state, shaper_params, key) -> tuple[Nets, dict]:
+        items = self.sample_items(buffer_state, key)
+        (loss, q_mean), grads = jax.value_and_grad(self.loss, has_aux=True)(
+            nets.params, nets.target_params, items, shaper_params
         )
+        updates, opt_state = self.tx.update(grads, nets.opt_state, nets.params)
+        params = optax.apply_updates(nets.params, updates)
+        grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grads)))
+        out = {"loss": loss, "q_mean": q_mean, "grad_norm": grad_norm}
+        return nets._replace(params=params, opt_state=opt_state), out
 
-    def _policy_step(self, state: QLearningState, r_act, r_env, eps):
-        """One epsilon-greedy step of every env: ``(next state, buffer item, step result)``
-        (the item holds only the fields the shaper reads)."""
-        hidden, actions, _ = self.act(
-            state.params, state.hidden, state.obs, state.avail, state.first, r_act, eps
-        )
-        world_state = jax.vmap(self.env.world_state)(state.env_state, state.obs)
-        res = jax.vmap(self.env.step)(
-            jax.random.split(r_env, self.num_envs), state.env_state, actions
-        )
-        item = Transition(
-            obs=state.obs,
-            actions=actions,
-            reward=res.reward,
-            done=res.done,
-            avail=state.avail,
-            world_state=world_state,
-            next_obs=res.terminal_obs if "next_obs" in self.needs else None,
-            state=state.env_state.env_state if "state" in self.needs else None,
-            next_state=res.terminal_env_state if "next_state" in self.needs else None,
-            next_world_state=(
-                jax.vmap(self.env.state_vector)(res.terminal_env_state, res.terminal_obs)
-                if "next_world_state" in self.needs
-                else None
-            ),
-        )
-        state = state.replace(
-            env_state=res.state,
-            obs=res.obs,
-            avail=res.avail_actions,
-            hidden=hidden,
-            first=res.done,
-        )
-        return state, item, res
-
-    def _rollout_step(self, state: QLearningState, t):
-        rng, r_act, r_env = jax.random.split(state.rng, 3)
-        eps = self.epsilon(state.env_steps + t * self.num_envs)
-        state, item, res = self._policy_step(state, r_act, r_env, eps)
-        return state.replace(rng=rng), (item, res.done, res.info)
-
-    def collect(self, state: QLearningState, key: jax.Array, steps: int) -> TransitionBatch:
-        """``steps`` epsilon-greedy steps (the current epsilon) from the learner's env
-        states (leaves ``[steps, E, ...]``); ``state`` is unchanged."""
-        eps = self.epsilon(state.env_steps)
-
-        def act(s, k):
-            s_next, item, res = self._policy_step(s, *jax.random.split(k), eps)
-            return s_next, item.actions, res
-
-        return collect_steps(self.env, act, state, key, steps)
-
-    def update(self, state: QLearningState) -> tuple[QLearningState, dict]:
-        eps = self.epsilon(state.env_steps)
-        # the carry each item starts from, zero where its first obs starts an episode
-        hidden0 = (
-            jnp.where(state.first[:, None, None], 0.0, state.hidden) if self.stored_hidden else None
-        )  # [E, N, H]
-        state, (items, done, info) = jax.lax.scan(
-            self._rollout_step, state, jnp.arange(self.num_steps)
-        )
-        items = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)  # [E, T, ...]
-        items = items.replace(hidden0=hidden0)
-        buffer_state = self.buffer.add(state.buffer, items)
-        env_steps = state.env_steps + self.env_steps_per_update
-        rng, r_learn = jax.random.split(state.rng)
-        can_learn = self.buffer.can_sample(buffer_state) & (env_steps >= self.cfg.learning_starts)
-        params, opt_state, learn_metrics = jax.lax.cond(
-            can_learn, self._learn, self._skip, state, buffer_state, r_learn
-        )
-        update_step = state.update_step + 1
-        tau = float(self.cfg.tau)
-        target_params = jax.lax.cond(
+    def update_targets(self, nets: Nets, update_step: jax.Array):
+        return jax.lax.cond(
             update_step % int(self.cfg.target_update_interval) == 0,
-            lambda: optax.incremental_update(params, state.target_params, tau),
-            lambda: state.target_params,
-        )
-        state = state.replace(
-            params=params,
-            target_params=target_params,
-            opt_state=opt_state,
-            buffer=buffer_state,
-            rng=rng,
-            update_step=update_step,
-            env_steps=env_steps,
-        )
-        metrics = episode_metrics(done, info, self.env.has_won, self.env.return_reduction)
-        metrics.update(learn_metrics)
-        metrics["epsilon"] = eps
-        return state, metrics
-
-    def learner(self) -> Learner:
-        return Learner(
-            init=self.init,
-            update=self.update,
-            num_updates=self.num_updates,
-            env_steps_per_update=self.env_steps_per_update,
-            collect=self.collect,
-            policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
+            lambda: optax.incremental_update(nets.params, nets.target_params, self.tau),
+            lambda: nets.target_params,
         )
 
 

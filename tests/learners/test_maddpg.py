@@ -116,7 +116,7 @@ def test_collect_and_team_reward():
     batch = jax.jit(m.collect, static_argnums=2)(state, jax.random.PRNGKey(1), 5)
     assert batch.actions.shape == (5, 16, 2) and batch.reward.shape == (5, 16, 2)
     items = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), batch)
-    from jaxmarl_llm.learners.maddpg import Transition
+    from jaxmarl_llm.learners.offpolicy import Transition
 
     tr = Transition(
         obs=items.obs, actions=items.actions, reward=items.reward, done=items.done,

@@ -289,6 +289,8 @@ def test_epsilon_schedule():
         ({"total_timesteps": 10}, "total_timesteps"),
         ({"eps_decay": 2.0}, "eps_decay"),
         ({"param_sharing": "per_team"}, "param_sharing"),
+        # one rollout is num_envs items here, batch_size fits the buffer
+        ({"num_envs": 24, "buffer_size": 20, "batch_size": 16}, "buffer_size"),
     ],
 )
 def test_bad_config_names_the_key(kw, key):

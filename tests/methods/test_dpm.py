@@ -350,7 +350,7 @@ def test_replay_items_hold_state_vectors_and_score_as_env_states_do(env_name, ji
 
     cfg = load_config("dpm_smax_3m", ["algo.buffer_size=64", "algo.batch_size=8"])
     q = QLearning(cfg.algo, aenv, shaper)
-    item = q._item_spec()
+    item = q.item_spec()
     assert item.next_obs is None and item.state is None and item.next_state is None
     assert item.next_world_state.shape == item.world_state.shape == (128, aenv.world_state_dim)
 

@@ -559,6 +559,7 @@ class PPO:
         return s, metrics
 
     def learner(self) -> Learner:
+        """The ``Learner`` these pieces make: init, update, collect, greedy policy."""
         return Learner(
             init=self.init,
             update=self.update,

@@ -103,6 +103,8 @@ class PPOState(TrainState):
 
 
 class Rollout(struct.PyTreeNode):
+    """What the policy did at each step of a rollout, time-major."""
+
     obs: jax.Array  # [T, E, N, D]
     world_state: jax.Array | None  # [T, E, S]
     avail: jax.Array | None  # [T, E, N, A]
@@ -112,6 +114,60 @@ class Rollout(struct.PyTreeNode):
     reward: jax.Array  # [T, E, N] shaped training reward
     done: jax.Array  # [T, E]
     reset: jax.Array  # [T, E] the step starts a new episode (GRU carry cleared)
+
+
+class Batch(struct.PyTreeNode):
+    """What the gradient steps read: a rollout with its advantages and value targets,
+    time-major ``[T, E, ...]``, and the GRU carries before its first step (``None`` when
+    feed-forward). ``shuffle_units`` and ``split_units`` lay it out by units."""
+
+    rollout: Rollout  # [T, E, ...]
+    advantages: jax.Array  # [T, E, N]
+    targets: jax.Array  # [T, E, N] value targets
+    carries: tuple[jax.Array, jax.Array] | None  # actor, critic: [E, N, H] each
+
+
+def shuffle_units(batch: Batch, perm: jax.Array, sequences: bool) -> Batch:
+    """Reorder ``batch`` by ``perm`` over its units. ``sequences``: the units are whole
+    env sequences (env axis 1 of ``[T, E, ...]``, axis 0 of the carries), the layout
+    stays. Otherwise the units are the ``(t, e)`` cells, with all agents of a cell kept
+    together: every leaf ``[T, E, ...]`` becomes ``[T * E, ...]`` in ``perm`` order."""
+    if sequences:
+        env_axis = lambda x: jnp.take(x, perm, axis=1)
+        return Batch(
+            rollout=jax.tree.map(env_axis, batch.rollout),
+            advantages=env_axis(batch.advantages),
+            targets=env_axis(batch.targets),
+            carries=jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch.carries),
+        )
+    cells = lambda x: jnp.take(x.reshape(perm.shape[0], *x.shape[2:]), perm, axis=0)
+    return jax.tree.map(cells, batch)
+
+
+def split_units(batch: Batch, parts: int, sequences: bool) -> Batch:
+    """Split ``batch`` into ``parts`` equal runs of consecutive units, stacked along a new
+    axis 0. ``sequences``: env axis 1 of ``[T, E, ...]`` (-> ``[parts, T, E / parts,
+    ...]``) and axis 0 of the carries; otherwise axis 0 of cells ``[U, ...]`` (-> ``[parts,
+    U / parts, ...]``)."""
+    flat = lambda x: x.reshape(parts, -1, *x.shape[1:])
+    if sequences:
+        seq = lambda x: x.reshape(x.shape[0], parts, -1, *x.shape[2:]).swapaxes(0, 1)
+        return Batch(
+            rollout=jax.tree.map(seq, batch.rollout),
+            advantages=seq(batch.advantages),
+            targets=seq(batch.targets),
+            carries=jax.tree.map(flat, batch.carries),
+        )
+    return jax.tree.map(flat, batch)
+
+
+def minibatches(rng: jax.Array, batch: Batch, parts: int, sequences: bool) -> Batch:
+    """A time-major ``batch`` shuffled by a Feistel permutation of its units (env
+    sequences, or ``(t, e)`` cells) and split into ``parts`` minibatches along a new
+    axis 0."""
+    T, E = batch.advantages.shape[:2]
+    perm = feistel_permutation(rng, E if sequences else T * E)
+    return split_units(shuffle_units(batch, perm, sequences), parts, sequences)
 
 
 def num_grad_chunks(units: int, rows_per_unit: int, chunk_rows: int) -> int:
@@ -164,143 +220,172 @@ def check_config(cfg) -> None:
         )
 
 
-def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
-    centralized = cfg.name == "mappo"
-    n, a = env.num_agents, env.num_actions
-    T, E = cfg.num_steps, cfg.num_envs
-    num_updates = int(cfg.total_timesteps) // (T * E)
-    batch_units = E if cfg.recurrent else T * E
-    mb_units = batch_units // cfg.num_minibatches
-    grad_chunks = num_grad_chunks(
-        mb_units, n * (T if cfg.recurrent else 1), grad_chunk_rows(cfg.grad_chunk_rows)
-    )
-    hidden = tuple(cfg.hidden_sizes)
-    activation = str(getattr(cfg.activation, "value", cfg.activation))
-    sharing = str(getattr(cfg.param_sharing, "value", cfg.param_sharing))
-    needs = set(shaper.fields)
+class PPO:
+    """The pieces of the IPPO/MAPPO learner for one config, env and shaper.
 
-    if cfg.recurrent:
-        actor = AgentParams(
-            RecurrentActor(a, cfg.gru_hidden_dim, activation), env.agent_groups, sharing
+    ``init``/``update`` make the ``Learner``; the forward passes, ``policy_step``,
+    ``advantages``, ``loss`` and ``minibatch_grad`` are exposed for tests. All are pure
+    and jittable. The networks are ``net`` (the feed-forward actor-critic) or
+    ``actor``/``critic`` (GRUs), the others ``None``.
+    """
+
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
+        self.cfg, self.env, self.shaper = cfg, env, shaper
+        self.centralized = cfg.name == "mappo"
+        self.recurrent = bool(cfg.recurrent)
+        self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
+        self.env_steps_per_update = self.num_steps * self.num_envs
+        self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
+        self.needs = set(shaper.fields)
+        # Feature widths that cost nothing when unused: IPPO stores no world state and
+        # envs without action masks store no masks, so minibatch shuffles move less data.
+        self.use_masks = env.has_action_masks
+
+        batch_units = self.num_envs if self.recurrent else self.env_steps_per_update
+        mb_units = batch_units // cfg.num_minibatches
+        chex.assert_equal(mb_units * cfg.num_minibatches, batch_units)
+        rows_per_unit = env.num_agents * (self.num_steps if self.recurrent else 1)
+        self.grad_chunks = num_grad_chunks(
+            mb_units, rows_per_unit, grad_chunk_rows(cfg.grad_chunk_rows)
         )
-        critic = AgentParams(
-            RecurrentCritic(cfg.gru_hidden_dim, activation), env.agent_groups, sharing
+
+        a = env.num_actions
+        activation = str(getattr(cfg.activation, "value", cfg.activation))
+        sharing = str(getattr(cfg.param_sharing, "value", cfg.param_sharing))
+        self.net = self.actor = self.critic = None
+        if self.recurrent:
+            gru = cfg.gru_hidden_dim
+            self.actor = AgentParams(RecurrentActor(a, gru, activation), env.agent_groups, sharing)
+            self.critic = AgentParams(RecurrentCritic(gru, activation), env.agent_groups, sharing)
+            self.carry_dim = gru
+        else:
+            hidden = tuple(cfg.hidden_sizes)
+            self.net = AgentParams(ActorCritic(a, hidden, activation), env.agent_groups, sharing)
+            self.carry_dim = 1
+
+        grad_steps = self.num_updates * cfg.update_epochs * cfg.num_minibatches
+        lr = optax.linear_schedule(cfg.lr, 0.0, grad_steps) if cfg.anneal_lr else cfg.lr
+        self.tx = optax.chain(
+            optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5)
         )
-        carry_dim = cfg.gru_hidden_dim
-    else:
-        net = AgentParams(ActorCritic(a, hidden, activation), env.agent_groups, sharing)
-        carry_dim = 1
 
-    def actor_inputs(obs):
-        return with_agent_ids(obs) if cfg.agent_ids else obs
+    # ----- inputs and networks -------------------------------------------------------
+    def actor_inputs(self, obs):
+        """Actor inputs ``[..., N, D(+N)]``: the obs, with one-hot agent ids if configured."""
+        return with_agent_ids(obs) if self.cfg.agent_ids else obs
 
-    def critic_inputs(obs, world_state):
-        if not centralized:
-            return actor_inputs(obs)
+    def critic_inputs(self, obs, world_state):
+        """Critic inputs ``[..., N, C]``: IPPO's are the actor's; MAPPO's are the world
+        state ``[..., S]`` given to every agent, with its agent id."""
+        if not self.centralized:
+            return self.actor_inputs(obs)
         ws = jnp.broadcast_to(world_state[..., None, :], (*obs.shape[:-1], world_state.shape[-1]))
         return with_agent_ids(ws)  # per-agent values need to know whose value it is
 
-    # Feature widths that cost nothing when unused: IPPO stores no world state and envs
-    # without action masks store no masks, so minibatch shuffles move less data.
-    use_masks = env.has_action_masks
+    def masked(self, logits, avail):
+        """Logits ``[..., N, A]`` with illegal actions at ``MASKED_LOGIT`` (envs with masks)."""
+        return jnp.where(avail, logits, MASKED_LOGIT) if self.use_masks else logits
 
-    def masked(logits, avail):
-        return jnp.where(avail, logits, MASKED_LOGIT) if use_masks else logits
+    def stored_avail(self, avail):
+        """The action masks ``[E, N, A]`` to keep in the state, ``None`` without masks."""
+        return avail if self.use_masks else None
 
-    def stored_avail(avail):
-        return avail if use_masks else None
+    def stored_world_state(self, env_state, obs):
+        """The world state ``[E, S]`` to keep in the state, ``None`` for IPPO."""
+        return jax.vmap(self.env.world_state)(env_state, obs) if self.centralized else None
 
-    def stored_world_state(env_state, obs):
-        return jax.vmap(env.world_state)(env_state, obs) if centralized else None
-
-    def add_time(x):
-        return None if x is None else x[None]
-
-    # ---- forward passes ----------------------------------------------------------
-    def forward_ff(params, obs, avail, world_state):
-        x, c = actor_inputs(obs), critic_inputs(obs, world_state)
-        if net.num_groups == 1:
+    def forward_ff(self, params, obs, avail, world_state):
+        """Feed-forward actor-critic on obs ``[..., N, D]``: (masked logits ``[..., N, A]``,
+        values ``[..., N]``)."""
+        x, c = self.actor_inputs(obs), self.critic_inputs(obs, world_state)
+        if self.net.num_groups == 1:
             # 2-D inputs keep XLA:CPU on its fast GEMM path (a [B, N, D] dot and its
             # gradient run markedly slower).
             lead = x.shape[:-1]
-            logits, value = net.apply(
+            logits, value = self.net.apply(
                 params, x.reshape(-1, x.shape[-1]), c.reshape(-1, c.shape[-1])
             )
             logits, value = logits.reshape(*lead, -1), value.reshape(lead)
         else:
-            logits, value = net.apply(params, x, c)
-        return masked(logits, avail), value
+            logits, value = self.net.apply(params, x, c)
+        return self.masked(logits, avail), value
 
-    def forward_rnn(params, carries, obs, avail, world_state, resets):
-        """Sequences ``[T, B, N, ...]`` from carries ``[B, N, H]``."""
+    def forward_rnn(self, params, carries, obs, avail, world_state, resets):
+        """GRU actor and critic over sequences ``[T, B, N, ...]`` from carries ``[B, N, H]``,
+        cleared where ``resets`` ``[T, B]`` is set: (carries, masked logits ``[T, B, N, A]``,
+        values ``[T, B, N]``)."""
         resets = jnp.broadcast_to(resets[..., None], obs.shape[:-1])
-        x, c = actor_inputs(obs), critic_inputs(obs, world_state)
+        x, c = self.actor_inputs(obs), self.critic_inputs(obs, world_state)
         axes = (1, 2, 2)
-        a_carry, logits = actor.apply(
+        a_carry, logits = self.actor.apply(
             params["actor"], carries[0], x, resets, agent_axes=axes, out_axes=(1, 2)
         )
-        c_carry, value = critic.apply(
+        c_carry, value = self.critic.apply(
             params["critic"], carries[1], c, resets, agent_axes=axes, out_axes=(1, 2)
         )
-        return (a_carry, c_carry), masked(logits, avail), value
+        return (a_carry, c_carry), self.masked(logits, avail), value
 
-    def init_params(rng):
-        obs0 = jnp.zeros((env.obs_dim + (n if cfg.agent_ids else 0),))
-        crit0 = jnp.zeros((env.world_state_dim + n,)) if centralized else obs0
-        if not cfg.recurrent:
-            return net.init(rng, obs0, crit0)
+    def forward_state(self, params, s: PPOState):
+        """The networks on the state's current obs (one step): (carries ``[E, N, H]`` after
+        it, masked logits ``[E, N, A]``, values ``[E, N]``)."""
+        if not self.recurrent:
+            logits, value = self.forward_ff(params, s.obs, s.avail, s.world_state)
+            return (s.actor_carry, s.critic_carry), logits, value
+        add_time = lambda x: None if x is None else x[None]
+        carries, logits, value = self.forward_rnn(
+            params,
+            (s.actor_carry, s.critic_carry),
+            s.obs[None],
+            add_time(s.avail),
+            add_time(s.world_state),
+            s.last_done[None],
+        )
+        return carries, logits[0], value[0]
+
+    def init_params(self, rng):
+        """Fresh parameters: the actor-critic's, or ``{"actor", "critic"}`` GRUs'."""
+        n = self.env.num_agents
+        obs0 = jnp.zeros((self.env.obs_dim + (n if self.cfg.agent_ids else 0),))
+        crit0 = jnp.zeros((self.env.world_state_dim + n,)) if self.centralized else obs0
+        if not self.recurrent:
+            return self.net.init(rng, obs0, crit0)
         ra, rc = jax.random.split(rng)
-        h0 = jnp.zeros((1, cfg.gru_hidden_dim))
+        h0 = jnp.zeros((1, self.cfg.gru_hidden_dim))
         return {
-            "actor": actor.init(ra, h0, obs0[None, None], jnp.zeros((1, 1), bool)),
-            "critic": critic.init(rc, h0, crit0[None, None], jnp.zeros((1, 1), bool)),
+            "actor": self.actor.init(ra, h0, obs0[None, None], jnp.zeros((1, 1), bool)),
+            "critic": self.critic.init(rc, h0, crit0[None, None], jnp.zeros((1, 1), bool)),
         }
 
-    grad_steps = num_updates * cfg.update_epochs * cfg.num_minibatches
-    lr = optax.linear_schedule(cfg.lr, 0.0, grad_steps) if cfg.anneal_lr else cfg.lr
-    tx = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
-
-    # ---- init ----------------------------------------------------------------------
-    def init(rng) -> PPOState:
+    # ----- acting ----------------------------------------------------------------------
+    def init(self, rng) -> PPOState:
+        """Fresh parameters and optimiser, ``num_envs`` reset envs, zero carries."""
         rng, r_params, r_env = jax.random.split(rng, 3)
-        params = init_params(r_params)
-        obs, env_state = jax.vmap(env.reset)(jax.random.split(r_env, E))
+        params = self.init_params(r_params)
+        E, n = self.num_envs, self.env.num_agents
+        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, E))
         return PPOState(
             params=params,
-            opt_state=tx.init(params),
+            opt_state=self.tx.init(params),
             env_state=env_state,
             obs=obs,
-            avail=stored_avail(jax.vmap(env.avail_actions)(env_state)),
-            world_state=stored_world_state(env_state, obs),
+            avail=self.stored_avail(jax.vmap(self.env.avail_actions)(env_state)),
+            world_state=self.stored_world_state(env_state, obs),
             last_done=jnp.ones((E,), bool),
-            actor_carry=jnp.zeros((E, n, carry_dim)),
-            critic_carry=jnp.zeros((E, n, carry_dim)),
-            shaper_params=shaper.params,
+            actor_carry=jnp.zeros((E, n, self.carry_dim)),
+            critic_carry=jnp.zeros((E, n, self.carry_dim)),
+            shaper_params=self.shaper.params,
             rng=rng,
             update_step=jnp.zeros((), jnp.int32),
             reward_stats=RunningMeanStd.create(),
         )
 
-    # ---- rollout -------------------------------------------------------------------
-    def policy_step(s: PPOState, r_act, r_env):
+    def policy_step(self, s: PPOState, r_act, r_env):
         """One step of every env under the current policy: ``(next state, rollout
-        record, env step result)``."""
-        if cfg.recurrent:
-            (ac, cc), logits, value = forward_rnn(
-                s.params,
-                (s.actor_carry, s.critic_carry),
-                s.obs[None],
-                add_time(s.avail),
-                add_time(s.world_state),
-                s.last_done[None],
-            )
-            logits, value = logits[0], value[0]
-        else:
-            logits, value = forward_ff(s.params, s.obs, s.avail, s.world_state)
-            ac, cc = s.actor_carry, s.critic_carry
+        record, env step result)``; the record's reward is the env's."""
+        (ac, cc), logits, value = self.forward_state(s.params, s)
         pi = distrax.Categorical(logits=logits)
         action, log_prob = pi.sample_and_log_prob(seed=r_act)
-        res = jax.vmap(env.step)(jax.random.split(r_env, E), s.env_state, action)
+        res = jax.vmap(self.env.step)(jax.random.split(r_env, self.num_envs), s.env_state, action)
         step = Rollout(
             obs=s.obs,
             world_state=s.world_state,
@@ -315,155 +400,154 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         s_next = s.replace(
             env_state=res.state,
             obs=res.obs,
-            avail=stored_avail(res.avail_actions),
-            world_state=stored_world_state(res.state, res.obs),
+            avail=self.stored_avail(res.avail_actions),
+            world_state=self.stored_world_state(res.state, res.obs),
             last_done=res.done,
             actor_carry=ac,
             critic_carry=cc,
         )
         return s_next, step, res
 
-    def rollout_step(carry, _):
+    def greedy_act(self, s: PPOState, carry, obs, avail, first):
+        """The most likely legal action of every agent (the actor alone): obs ``[B, N, D]``
+        -> ``(carry, actions [B, N])``."""
+        x = self.actor_inputs(obs)
+        if self.recurrent:
+            resets = jnp.broadcast_to(first[:, None], obs.shape[:-1])[None]
+            carry, logits = self.actor.apply(
+                s.params["actor"], carry, x[None], resets, agent_axes=(1, 2, 2), out_axes=(1, 2)
+            )
+            logits = logits[0]
+        elif self.net.num_groups == 1:
+            flat = self.net.apply(s.params, x.reshape(-1, x.shape[-1]), method="policy_logits")
+            logits = flat.reshape(*x.shape[:-1], -1)
+        else:
+            logits = self.net.apply(s.params, x, method="policy_logits")
+        return carry, jnp.argmax(self.masked(logits, avail), axis=-1).astype(jnp.int32)
+
+    def greedy_carry(self, s: PPOState, num_envs: int):
+        """The actor's starting carry ``[num_envs, N, H]`` for evaluation (None if FF)."""
+        if not self.recurrent:
+            return None
+        return jnp.zeros((num_envs, self.env.num_agents, self.cfg.gru_hidden_dim))
+
+    # ----- rollout ---------------------------------------------------------------------
+    def rollout_step(self, carry, _):
+        """``policy_step`` with the shaped training reward in the record; the key is
+        carried beside the state (``s.rng`` stays as it was)."""
         s, rng = carry
         rng, r_act, r_env = jax.random.split(rng, 3)
-        s_next, step, res = policy_step(s, r_act, r_env)
-        batch = step_transitions(env, s.obs, step.action, s.env_state, res, needs)
-        step = step.replace(reward=shaped_reward(shaper, s.shaper_params, batch))
+        s_next, step, res = self.policy_step(s, r_act, r_env)
+        batch = step_transitions(self.env, s.obs, step.action, s.env_state, res, self.needs)
+        step = step.replace(reward=shaped_reward(self.shaper, s.shaper_params, batch))
         return (s_next, rng), (step, res.done, res.info)
 
-    def collect(s: PPOState, key: jax.Array, steps: int) -> TransitionBatch:
+    def rollout(self, s: PPOState):
+        """``num_steps`` steps of every env from ``s.rng``: ``(state after them, key left,
+        Rollout [T, E, ...], done [T, E], step infos [T, E, ...])``."""
+        (s, rng), (traj, done, info) = jax.lax.scan(
+            self.rollout_step, (s, s.rng), None, self.num_steps
+        )
+        return s, rng, traj, done, info
+
+    def collect(self, s: PPOState, key: jax.Array, steps: int) -> TransitionBatch:
         """``steps`` steps of the current policy from the learner's env states (leaves
         ``[steps, E, ...]``, env reward); ``s`` is left as it was."""
 
         def act(s, k):
-            s_next, step, res = policy_step(s, *jax.random.split(k))
+            s_next, step, res = self.policy_step(s, *jax.random.split(k))
             return s_next, step.action, res
 
-        return collect_steps(env, act, s, key, steps)
+        return collect_steps(self.env, act, s, key, steps)
 
-    def greedy_act(s: PPOState, carry, obs, avail, first):
-        """The most likely legal action of every agent (the actor alone)."""
-        x = actor_inputs(obs)
-        if cfg.recurrent:
-            resets = jnp.broadcast_to(first[:, None], obs.shape[:-1])[None]
-            carry, logits = actor.apply(
-                s.params["actor"], carry, x[None], resets, agent_axes=(1, 2, 2), out_axes=(1, 2)
+    # ----- advantages ------------------------------------------------------------------
+    def advantages(self, s: PPOState, traj: Rollout):
+        """GAE over ``traj``, bootstrapped from the value of ``s``'s obs (the state after
+        the rollout): ``(reward stats, advantages [T, E, N], value targets [T, E, N])``.
+        With ``standardize_rewards`` the running reward stats are updated with ``traj``'s
+        rewards first, and those rewards are standardised by them."""
+        _, _, last_value = self.forward_state(s.params, s)
+        reward_stats, train_reward = s.reward_stats, traj.reward
+        if self.cfg.standardize_rewards:
+            reward_stats = update_running_stats(reward_stats, traj.reward)
+            train_reward = standardize(reward_stats, traj.reward)
+        adv, targets = gae(
+            train_reward,
+            traj.value,
+            traj.done[..., None],
+            last_value,
+            self.cfg.gamma,
+            self.cfg.gae_lambda,
+        )
+        return reward_stats, adv, targets
+
+    # ----- the gradient step -----------------------------------------------------------
+    def loss(self, params, batch: Batch):
+        """PPO's clipped loss on a (minibatch or chunk) ``batch``: ``(total, stats)``."""
+        mb = batch.rollout
+        if self.recurrent:
+            _, logits, value = self.forward_rnn(
+                params, batch.carries, mb.obs, mb.avail, mb.world_state, mb.reset
             )
-            logits = logits[0]
-        elif net.num_groups == 1:
-            flat = net.apply(s.params, x.reshape(-1, x.shape[-1]), method="policy_logits")
-            logits = flat.reshape(*x.shape[:-1], -1)
         else:
-            logits = net.apply(s.params, x, method="policy_logits")
-        return carry, jnp.argmax(masked(logits, avail), axis=-1).astype(jnp.int32)
-
-    def greedy_carry(s: PPOState, num_envs: int):
-        return jnp.zeros((num_envs, n, cfg.gru_hidden_dim)) if cfg.recurrent else None
-
-    # ---- loss ----------------------------------------------------------------------
-    def loss_fn(params, mb: Rollout, adv, targets, carries):
-        if cfg.recurrent:
-            _, logits, value = forward_rnn(
-                params, carries, mb.obs, mb.avail, mb.world_state, mb.reset
-            )
-        else:
-            logits, value = forward_ff(params, mb.obs, mb.avail, mb.world_state)
+            logits, value = self.forward_ff(params, mb.obs, mb.avail, mb.world_state)
+        cfg = self.cfg
         pi = distrax.Categorical(logits=logits)
         log_prob = pi.log_prob(mb.action)
-        pg_loss, stats = clipped_policy_loss(log_prob, mb.log_prob, adv, cfg.clip_eps)
-        v_loss = value_loss(value, mb.value, targets, cfg.clip_eps, cfg.clip_value)
+        pg_loss, stats = clipped_policy_loss(log_prob, mb.log_prob, batch.advantages, cfg.clip_eps)
+        v_loss = value_loss(value, mb.value, batch.targets, cfg.clip_eps, cfg.clip_value)
         entropy = pi.entropy().mean()
         total = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy
         return total, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **stats}
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-    def split_units(data, parts: int):
-        """Split ``(rollout, adv, targets, carries)`` into ``parts`` equal pieces of
-        units (env axis 1 of sequences and axis 0 of carries when recurrent, axis 0 of
-        flat cells otherwise), stacked along a new axis 0."""
-        if cfg.recurrent:
-            rollout, adv, targets, carries = data
-            seq = lambda x: x.reshape(x.shape[0], parts, -1, *x.shape[2:]).swapaxes(0, 1)
-            flat = lambda x: x.reshape(parts, -1, *x.shape[1:])
-            return (*jax.tree.map(seq, (rollout, adv, targets)), jax.tree.map(flat, carries))
-        return jax.tree.map(lambda x: x.reshape(parts, -1, *x.shape[1:]), data)
-
-    def minibatch_grad(params, mb):
-        """Loss gradient over one minibatch, accumulated chunk by chunk. Every loss term
-        is a mean over equal-size chunks, so the mean of chunk gradients is exact."""
-        rollout, adv, targets, carries = mb
-        if cfg.normalize_advantages:
-            adv = normalize(adv)  # minibatch statistics, as without chunks
-        if grad_chunks == 1:
-            (_, stats), grads = grad_fn(params, rollout, adv, targets, carries)
+    def minibatch_grad(self, params, mb: Batch):
+        """Loss gradient over one minibatch, accumulated over ``grad_chunks`` chunks of
+        it: ``(grads, stats)``. Every loss term is a mean over equal-size chunks, so the
+        mean of chunk gradients is exact."""
+        if self.cfg.normalize_advantages:
+            mb = mb.replace(advantages=normalize(mb.advantages))  # minibatch statistics
+        grad_fn = jax.value_and_grad(self.loss, has_aux=True)
+        if self.grad_chunks == 1:
+            (_, stats), grads = grad_fn(params, mb)
             return grads, stats
 
-        def one_chunk(_, part):
-            (_, stats), grads = grad_fn(params, *part)
+        def one_chunk(_, chunk):
+            (_, stats), grads = grad_fn(params, chunk)
             return None, (grads, stats)
 
-        _, (grads, stats) = jax.lax.scan(
-            one_chunk, None, split_units((rollout, adv, targets, carries), grad_chunks)
-        )
+        chunks = split_units(mb, self.grad_chunks, self.recurrent)
+        _, (grads, stats) = jax.lax.scan(one_chunk, None, chunks)
         return jax.tree.map(lambda x: x.mean(axis=0), (grads, stats))
 
-    def sgd_step(carry, mb):
+    def sgd_step(self, carry, mb: Batch):
+        """One optimiser step on minibatch ``mb``: ``((params, opt_state), stats)``."""
         params, opt_state = carry
-        grads, stats = minibatch_grad(params, mb)
-        updates, opt_state = tx.update(grads, opt_state, params)
+        grads, stats = self.minibatch_grad(params, mb)
+        updates, opt_state = self.tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         stats["grad_norm"] = optax.tree.norm(grads)
         return (params, opt_state), stats
 
-    def minibatches(rng, data):
-        """Shuffle the batch and split it into ``num_minibatches`` along a new axis 0."""
-        perm = feistel_permutation(rng, batch_units)
-        if cfg.recurrent:  # whole sequences: shuffle the env axis of [T, E, ...], carries [E, ...]
-            rollout, adv, targets, carries = data
-            shuffled = (
-                *jax.tree.map(lambda x: jnp.take(x, perm, axis=1), (rollout, adv, targets)),
-                jax.tree.map(lambda x: jnp.take(x, perm, axis=0), carries),
-            )
-        else:  # (t, e) cells of [T, E, ...], all agents of a cell together
-            cells = lambda x: jnp.take(x.reshape(batch_units, *x.shape[2:]), perm, axis=0)
-            shuffled = jax.tree.map(cells, data)
-        return split_units(shuffled, cfg.num_minibatches)
-
-    # ---- one update ------------------------------------------------------------------
-    def update(s: PPOState) -> tuple[PPOState, dict]:
-        carries0 = (s.actor_carry, s.critic_carry) if cfg.recurrent else None
-        (s, rng), (traj, done, info) = jax.lax.scan(rollout_step, (s, s.rng), None, T)
-        if cfg.recurrent:
-            _, _, last_value = forward_rnn(
-                s.params,
-                (s.actor_carry, s.critic_carry),
-                s.obs[None],
-                add_time(s.avail),
-                add_time(s.world_state),
-                s.last_done[None],
-            )
-            last_value = last_value[0]
-        else:
-            _, last_value = forward_ff(s.params, s.obs, s.avail, s.world_state)
-        reward_stats, train_reward = s.reward_stats, traj.reward
-        if cfg.standardize_rewards:
-            reward_stats = update_running_stats(reward_stats, traj.reward)
-            train_reward = standardize(reward_stats, traj.reward)
-        adv, targets = gae(
-            train_reward, traj.value, traj.done[..., None], last_value, cfg.gamma, cfg.gae_lambda
-        )
-        data = (traj, adv, targets, carries0)
+    # ----- the update ------------------------------------------------------------------
+    def update(self, s: PPOState) -> tuple[PPOState, dict]:
+        """A rollout, its advantages, then ``update_epochs`` epochs of ``num_minibatches``
+        SGD steps, each epoch on a fresh shuffle; metrics are means over the steps."""
+        cfg = self.cfg
+        carries0 = (s.actor_carry, s.critic_carry) if self.recurrent else None
+        s, rng, traj, done, info = self.rollout(s)
+        reward_stats, adv, targets = self.advantages(s, traj)
+        batch = Batch(rollout=traj, advantages=adv, targets=targets, carries=carries0)
 
         def run_epoch(carry, r):
-            return jax.lax.scan(sgd_step, carry, minibatches(r, data))
+            mbs = minibatches(r, batch, cfg.num_minibatches, self.recurrent)
+            return jax.lax.scan(self.sgd_step, carry, mbs)
 
         rng, r_epochs = jax.random.split(rng)
         (params, opt_state), stats = jax.lax.scan(
             run_epoch, (s.params, s.opt_state), jax.random.split(r_epochs, cfg.update_epochs)
         )
         metrics = {k: v.mean() for k, v in stats.items()}
-        metrics.update(episode_metrics(done, info, env.has_won, env.return_reduction))
+        metrics.update(episode_metrics(done, info, self.env.has_won, self.env.return_reduction))
         metrics["reward_mean"] = traj.reward.mean()
         s = s.replace(
             params=params,
@@ -474,16 +558,23 @@ def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
         )
         return s, metrics
 
-    chex.assert_equal(mb_units * cfg.num_minibatches, batch_units)
-    return Learner(
-        init=init,
-        update=update,
-        num_updates=num_updates,
-        env_steps_per_update=T * E,
-        collect=collect,
-        policy=GreedyPolicy(greedy_carry, greedy_act),
-    )
+    def learner(self) -> Learner:
+        """The ``Learner`` these pieces make: init, update, collect, greedy policy."""
+        return Learner(
+            init=self.init,
+            update=self.update,
+            num_updates=self.num_updates,
+            env_steps_per_update=self.env_steps_per_update,
+            collect=self.collect,
+            policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
+        )
+
+
+def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
+    """IPPO or MAPPO (``cfg.name``), feed-forward or GRU, for ``env`` with ``shaper``."""
+    return PPO(cfg, env, shaper).learner()
 
 
 def make_train(cfg, env: ArrayEnv, shaper: Shaper):
+    """``train(rng) -> (final state, metrics stacked over updates)``."""
     return make_learner(cfg, env, shaper).train

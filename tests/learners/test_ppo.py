@@ -1,8 +1,10 @@
 """IPPO / MAPPO: learning with known answers, masks, variants, no retracing."""
 
+import chex
 import jax
 import numpy as np
 import pytest
+from absl.testing import parameterized
 from toy_envs import MaskedBandit
 
 import envs
@@ -177,3 +179,92 @@ def test_collect_plays_the_current_policy_without_changing_the_state(kw):
     np.testing.assert_array_equal(batch.actions, again.actions)
     other = collect(state, jax.random.PRNGKey(2), 5)
     assert not np.array_equal(batch.actions, other.actions)
+
+
+def indexed_batch(T, E, N, carries):
+    """A Batch whose every entry names its place: ``10 * (t * E + e) + agent`` (agent 0 on
+    per-step leaves), carries ``10 * e + agent``; obs and carries also have a feature axis."""
+    cell = np.arange(T * E, dtype=np.float32).reshape(T, E)
+    per_agent = 10 * cell[..., None] + np.arange(N, dtype=np.float32)  # [T, E, N]
+    carry = 10 * np.arange(E, dtype=np.float32)[:, None] + np.arange(N)  # [E, N]
+    rollout = ppo.Rollout(
+        obs=np.repeat(per_agent[..., None], 3, axis=-1),
+        world_state=None,
+        avail=None,
+        action=per_agent.astype(np.int32),
+        log_prob=per_agent,
+        value=per_agent,
+        reward=per_agent,
+        done=10 * cell,
+        reset=10 * cell,
+    )
+    h = np.repeat(carry[..., None], 2, axis=-1)  # [E, N, H]
+    return ppo.Batch(
+        rollout=rollout,
+        advantages=per_agent,
+        targets=per_agent,
+        carries=(h, h + 1000) if carries else None,
+    )
+
+
+class MinibatchTest(chex.TestCase):
+    T, E, N = 4, 6, 2
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_cells_keep_their_agents_together(self):
+        batch = indexed_batch(self.T, self.E, self.N, carries=False)
+        perm = np.random.default_rng(0).permutation(self.T * self.E).astype(np.int32)
+        shuffled = self.variant(lambda b, p: ppo.shuffle_units(b, p, sequences=False))(batch, perm)
+        assert shuffled.carries is None
+        expected = 10 * perm[:, None] + np.arange(self.N)  # [T * E, N]
+        for leaf in (shuffled.advantages, shuffled.rollout.action, shuffled.rollout.value):
+            np.testing.assert_array_equal(leaf, expected)
+        np.testing.assert_array_equal(shuffled.rollout.obs[..., 1], expected)
+        np.testing.assert_array_equal(shuffled.rollout.done, 10 * perm)
+
+        parts = self.variant(lambda b: ppo.split_units(b, 3, sequences=False))(shuffled)
+        chex.assert_shape(parts.advantages, (3, 8, self.N))
+        chex.assert_shape(parts.rollout.obs, (3, 8, self.N, 3))
+        np.testing.assert_array_equal(parts.advantages.reshape(-1, self.N), expected)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_sequences_stay_whole_with_their_carries(self):
+        batch = indexed_batch(self.T, self.E, self.N, carries=True)
+        perm = np.array([4, 1, 5, 0, 3, 2], np.int32)
+        shuffled = self.variant(lambda b, p: ppo.shuffle_units(b, p, sequences=True))(batch, perm)
+        t = np.arange(self.T)[:, None, None]
+        agent = np.arange(self.N)
+        expected = 10 * (t * self.E + perm[None, :, None]) + agent  # [T, E, N]
+        np.testing.assert_array_equal(shuffled.advantages, expected)
+        np.testing.assert_array_equal(shuffled.rollout.reset, expected[..., 0])
+        actor, critic = shuffled.carries
+        np.testing.assert_array_equal(actor[..., 0], 10 * perm[:, None] + agent)
+        np.testing.assert_array_equal(critic[..., 1], 1000 + 10 * perm[:, None] + agent)
+
+        parts = self.variant(lambda b: ppo.split_units(b, 2, sequences=True))(shuffled)
+        chex.assert_shape(parts.advantages, (2, self.T, 3, self.N))
+        chex.assert_shape(parts.rollout.obs, (2, self.T, 3, self.N, 3))
+        chex.assert_shape(parts.carries[0], (2, 3, self.N, 2))
+        for i in range(2):  # each part holds whole sequences, each beside its own carry
+            envs = perm[3 * i : 3 * i + 3]
+            np.testing.assert_array_equal(parts.advantages[i], expected[:, 3 * i : 3 * i + 3])
+            np.testing.assert_array_equal(parts.carries[0][i, ..., 0], 10 * envs[:, None] + agent)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.named_parameters(("cells", False, 4), ("sequences", True, 3))
+    def test_minibatches_hold_every_unit_once(self, sequences, parts):
+        units = self.E if sequences else self.T * self.E
+        batch = indexed_batch(self.T, self.E, self.N, carries=sequences)
+        mbs = self.variant(lambda k, b: ppo.minibatches(k, b, parts, sequences))(
+            jax.random.PRNGKey(7), batch
+        )
+        adv = np.asarray(mbs.advantages)[..., 0]  # agent 0: 10 * cell
+        assert adv.shape[0] == parts
+        if sequences:  # [parts, T, E / parts]: each column one env, the same at every t
+            env = (adv // 10) % self.E
+            assert (env == env[:, :1]).all()
+            drawn = env[:, 0].ravel()
+        else:  # [parts, U / parts]
+            drawn = (adv // 10).ravel()
+        np.testing.assert_array_equal(np.sort(drawn), np.arange(units))
+        assert not np.array_equal(drawn, np.arange(units))  # shuffled

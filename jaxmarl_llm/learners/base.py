@@ -73,6 +73,26 @@ class Learner(NamedTuple):
         return jax.lax.scan(step, self.init(rng), None, self.num_updates)
 
 
+class LearnerParts:
+    """What a learner class provides (every algorithm is one): ``init``, ``update``,
+    ``collect`` and the greedy policy's ``greedy_carry`` / ``greedy_act`` as methods,
+    ``num_updates`` and ``env_steps_per_update`` as attributes; ``learner()`` assembles
+    them into the ``Learner`` the runner drives."""
+
+    num_updates: int
+    env_steps_per_update: int
+
+    def learner(self) -> Learner:
+        return Learner(
+            init=self.init,
+            update=self.update,
+            num_updates=self.num_updates,
+            env_steps_per_update=self.env_steps_per_update,
+            collect=getattr(self, "collect", None),
+            policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
+        )
+
+
 def step_transitions(
     env: ArrayEnv,
     obs: jax.Array,

@@ -38,8 +38,12 @@ from flax import struct
 
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.learners.base import Learner, TrainState, collect_steps, episode_metrics
-from jaxmarl_llm.learners.evaluation import GreedyPolicy
+from jaxmarl_llm.learners.base import (
+    LearnerParts,
+    TrainState,
+    collect_steps,
+    episode_metrics,
+)
 from jaxmarl_llm.learners.networks import ParamSharing
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
 
@@ -141,7 +145,7 @@ class OffPolicyState(TrainState):
     env_steps: jax.Array  # [] int32, env steps summed over envs
 
 
-class OffPolicyLearner(ABC):
+class OffPolicyLearner(LearnerParts, ABC):
     """An off-policy learner for one config, env and shaper; ``learner()`` makes the
     ``Learner``. Every method is pure and jittable."""
 
@@ -383,13 +387,3 @@ class OffPolicyLearner(ABC):
         metrics.update(learn_metrics)
         metrics.update(self.rollout_metrics(start))
         return state, metrics
-
-    def learner(self) -> Learner:
-        return Learner(
-            init=self.init,
-            update=self.update,
-            num_updates=self.num_updates,
-            env_steps_per_update=self.env_steps_per_update,
-            collect=self.collect,
-            policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
-        )

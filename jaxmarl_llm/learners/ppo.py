@@ -24,12 +24,12 @@ from envs.array_env import ArrayEnv
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners.base import (
     Learner,
+    LearnerParts,
     TrainState,
     collect_steps,
     episode_metrics,
     step_transitions,
 )
-from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, value_loss
 from jaxmarl_llm.learners.networks import (
     Activation,
@@ -220,7 +220,7 @@ def check_config(cfg) -> None:
         )
 
 
-class PPO:
+class PPO(LearnerParts):
     """The pieces of the IPPO/MAPPO learner for one config, env and shaper.
 
     ``init``/``update`` make the ``Learner``; the forward passes, ``policy_step``,
@@ -557,17 +557,6 @@ class PPO:
             reward_stats=reward_stats,
         )
         return s, metrics
-
-    def learner(self) -> Learner:
-        """The ``Learner`` these pieces make: init, update, collect, greedy policy."""
-        return Learner(
-            init=self.init,
-            update=self.update,
-            num_updates=self.num_updates,
-            env_steps_per_update=self.env_steps_per_update,
-            collect=self.collect,
-            policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
-        )
 
 
 def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:

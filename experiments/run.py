@@ -36,10 +36,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list or not args.name:
         import envs
-        from jaxmarl_llm.learners import algo_names
+        from jaxmarl_llm.learners.registry import ALGORITHMS
 
         print("configs:     ", " ".join(available_configs()))
-        print("algorithms:  ", " ".join(algo_names()))
+        print("algorithms:")
+        for name, spec in ALGORITHMS.items():
+            print(f"  {name:<8} {spec.summary}")
         print("environments:", " ".join(envs.names()))
         return 0 if args.list else 2
 

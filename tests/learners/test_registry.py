@@ -63,3 +63,13 @@ def test_budget_annealed_learning_rates_come_from_the_registry():
         extend_budget(cfg, 2 * int(cfg.algo.total_timesteps))
     cfg = build_config({"algo": {"name": "ippo"}}, ["algo.anneal_lr=false"])
     assert extend_budget(cfg, 2_000_000).algo.total_timesteps == 2_000_000
+
+
+def test_run_list_names_every_registered_algorithm_with_its_summary(capsys, uniform):
+    from scripts import load_script
+
+    assert load_script("experiments/run.py").main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name, spec in registry.ALGORITHMS.items():
+        assert f"{name:<8} {spec.summary}" in out
+    assert "uniform  uniformly random legal actions" in out

@@ -81,3 +81,21 @@ def test_shaping_overhead_gives_shaped_overrides_to_the_shaped_run_only(monkeypa
     assert "shaping.name=dpm" in shaped and shaped[-1] == "shaping.kwargs.pessimism=1"
     assert out["overhead_fraction"] == pytest.approx(0.2)
     assert out["shaped_overrides"] == ["shaping.kwargs.pessimism=1"]
+
+
+def test_golden_runs_compare_numbers_not_names():
+    golden = load_script("benchmarks/golden_runs.py")
+    ref = {
+        "metrics": {"loss": [1.0, float("nan")], "episode_return": [-3.0, -2.0]},
+        "leaves": [["(2,)", 0.5], ["(2,)", 1.5], ["()", 7.0]],
+    }
+    # the same numbers in another leaf order (a state field moved or renamed): no difference
+    same = {"metrics": dict(ref["metrics"]), "leaves": [["()", 7.0], ["(2,)", 1.5], ["(2,)", 0.5]]}
+    assert golden.differences(ref, same) == []
+    changed = {
+        "metrics": {"loss": [1.0, 0.0], "episode_return": [-3.0, -2.0 + 1e-3]},
+        "leaves": [["(2,)", 0.5], ["(2,)", 1.6], ["()", 7.0]],
+    }
+    diff = golden.differences(ref, changed)
+    assert len(diff) == 3 and diff[0].startswith("metric loss") and "(2,)" in diff[2]
+    assert golden.differences(ref, {"metrics": {}, "leaves": []})[0] == "metric loss is missing"

@@ -1,0 +1,46 @@
+"""OpenAI CLIP (ViT) in JAX/Flax: image/text encoders, HF weight loading and the tokenizer.
+
+Typical use (weights from a local Hugging Face checkpoint directory; nothing is
+downloaded)::
+
+    clip = load_clip(path)
+    enc = jax.jit(functools.partial(encode_image, clip.config))
+    img = enc(clip.params, frames)  # [B, H, W, 3] in [0, 1] -> [B, D]
+    txt = encode_text(clip.config, clip.params, clip.tokenizer(["push the box"]))
+    sim = cosine(img, txt)  # [B, 1]
+"""
+
+from .config import IMAGE_MEAN, IMAGE_STD, CLIPConfig, CLIPWeightsError
+from .model import (
+    CLIP,
+    cosine,
+    encode_image,
+    encode_text,
+    init_params,
+    logits,
+    param_shapes,
+    quick_gelu,
+)
+from .tokenizer import CLIPTokenizer
+from .weights import WEIGHTS_HINT, LoadedCLIP, load_clip, params_from_hf, read_tensors
+
+__all__ = [
+    "CLIP",
+    "IMAGE_MEAN",
+    "IMAGE_STD",
+    "WEIGHTS_HINT",
+    "CLIPConfig",
+    "CLIPTokenizer",
+    "CLIPWeightsError",
+    "LoadedCLIP",
+    "cosine",
+    "encode_image",
+    "encode_text",
+    "init_params",
+    "load_clip",
+    "logits",
+    "param_shapes",
+    "params_from_hf",
+    "quick_gelu",
+    "read_tensors",
+]

@@ -26,6 +26,7 @@ from jaxmarl_llm.vision.clip import (  # noqa: E402
     cosine,
     encode_image,
     encode_text,
+    fit_images,
     init_params,
     load_clip,
     logits,
@@ -120,6 +121,20 @@ def test_vit_b32_preset_parameter_count():
     n = sum(int(np.prod(s.shape)) for s in jax.tree.leaves(param_shapes(cfg)))
     assert n == 151_277_313  # OpenAI's ViT-B/32
     assert (cfg.vision_width, cfg.text_width, cfg.embed_dim, cfg.num_patches) == (768, 512, 512, 49)
+
+
+def test_fit_images_resizes_short_side_and_centre_crops():
+    frames = np.zeros((2, 40, 80, 3), np.float32)  # [B, H, W, 3], wide frames
+    frames[:, :, 20:60] = 1.0  # a white centre square: exactly the crop after resizing
+    out = fit_images(jnp.asarray(frames), 32)
+    assert out.shape == (2, 32, 32, 3)
+    np.testing.assert_allclose(out[:, 4:-4, 4:-4], 1.0, atol=1e-5)  # away from the edges
+    np.testing.assert_allclose(
+        fit_images(jnp.asarray(frames[:, :32, :32]), 32), frames[:, :32, :32]
+    )
+    grey = fit_images(jnp.full((1, 50, 30, 3), 0.25), 32)  # tall frame, constant colour
+    assert grey.shape == (1, 32, 32, 3)
+    np.testing.assert_allclose(grey, 0.25, atol=1e-6)
 
 
 def test_image_shape_checked():

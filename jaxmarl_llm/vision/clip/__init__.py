@@ -5,7 +5,7 @@ downloaded)::
 
     clip = load_clip(path)
     enc = jax.jit(functools.partial(encode_image, clip.config))
-    img = enc(clip.params, frames)  # [B, H, W, 3] in [0, 1] -> [B, D]
+    img = enc(clip.params, fit_images(frames, clip.config.image_size))  # [B, D]
     txt = encode_text(clip.config, clip.params, clip.tokenizer(["push the box"]))
     sim = cosine(img, txt)  # [B, 1]
 """
@@ -16,6 +16,7 @@ from .model import (
     cosine,
     encode_image,
     encode_text,
+    fit_images,
     init_params,
     logits,
     param_shapes,
@@ -36,6 +37,7 @@ __all__ = [
     "cosine",
     "encode_image",
     "encode_text",
+    "fit_images",
     "init_params",
     "load_clip",
     "logits",

@@ -197,6 +197,23 @@ def logits(cfg: CLIPConfig, params: Params, images, tokens) -> jax.Array:
     return CLIP(cfg).apply({"params": params}, images, tokens)
 
 
+def fit_images(images, size: int) -> jax.Array:
+    """Frames ``[B, H, W, 3]`` -> ``[B, size, size, 3]`` as CLIP's preprocessing does it:
+    bicubic resize (antialiased) of the shorter side to ``size``, then a centre crop.
+
+    PIL's bicubic (OpenAI's pipeline) uses a slightly different kernel, so pixels differ
+    from OpenAI's preprocessing by small amounts; the layout and field of view match.
+    """
+    b, h, w, c = images.shape
+    if (h, w) == (size, size):
+        return images
+    scale = size / min(h, w)
+    nh, nw = max(size, round(h * scale)), max(size, round(w * scale))
+    x = jax.image.resize(images, (b, nh, nw, c), method="bicubic", antialias=True)
+    top, left = (nh - size) // 2, (nw - size) // 2
+    return jnp.clip(x[:, top : top + size, left : left + size], 0.0, 1.0)  # [B, size, size, 3]
+
+
 def cosine(image_emb, text_emb) -> jax.Array:
     """Cosine similarities ``[B_img, B_txt]`` between ``[B_img, D]`` and ``[B_txt, D]``."""
     a = image_emb / jnp.linalg.norm(image_emb, axis=-1, keepdims=True)

@@ -1,8 +1,9 @@
-"""Flax CLIP: agreement with transformers' PyTorch ``CLIPModel``, weight-loading errors,
-jit/scan use and the tokenizer.
+"""Flax CLIP: agreement with transformers' PyTorch ``CLIPModel`` (ViT) and with OpenAI's
+PyTorch ``ModifiedResNet`` CLIP code, weight-loading errors, jit/scan use and the tokenizer.
 
-``tests/vision/data/tiny_clip/`` (a tiny random HF checkpoint and its reference outputs)
-comes from ``benchmarks/clip_reference.py``; these tests need no torch.
+``tests/vision/data/tiny_clip/`` (a tiny random HF checkpoint) and ``tiny_clip_rn/`` (a
+tiny random OpenAI-layout ResNet CLIP), each with reference outputs, come from
+``benchmarks/clip_reference.py``; these tests need no torch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from jaxmarl_llm.vision.clip import (  # noqa: E402
     CLIPConfig,
     CLIPTokenizer,
     CLIPWeightsError,
+    config_from_openai,
     cosine,
     encode_image,
     encode_text,
@@ -33,10 +35,12 @@ from jaxmarl_llm.vision.clip import (  # noqa: E402
     param_shapes,
     params_from_hf,
     quick_gelu,
+    read_file,
     read_tensors,
 )
 
 DATA = pathlib.Path(__file__).parent / "data" / "tiny_clip"
+DATA_RN = pathlib.Path(__file__).parent / "data" / "tiny_clip_rn"
 TOL = dict(atol=1e-5, rtol=1e-5)
 
 
@@ -137,11 +141,51 @@ def test_fit_images_resizes_short_side_and_centre_crops():
     np.testing.assert_allclose(grey, 0.25, atol=1e-6)
 
 
-def test_image_shape_checked():
-    cfg = CLIPConfig.tiny()
-    params = init_params(cfg, jax.random.key(0))
+def test_resnet_matches_openai_reference():
+    with np.load(DATA_RN / "reference.npz") as f:
+        ref = {k: f[k] for k in f.files}
+    clip = load_clip(DATA_RN / "model.safetensors", config=CLIPConfig.tiny_resnet())
+    images = ref["images_u8"].astype(np.float32) / 255.0  # [B, 64, 64, 3]
+    got = jax.jit(lambda p, x: encode_image(clip.config, p, x))(clip.params, images)
+    np.testing.assert_allclose(got, ref["image_embeds"], **TOL)
+    np.testing.assert_allclose(
+        encode_text(clip.config, clip.params, ref["tokens"]), ref["text_embeds"], **TOL
+    )
+
+
+def test_openai_config_inferred_from_shapes():
+    cfg = config_from_openai(read_file(DATA_RN / "model.safetensors"))
+    tiny = CLIPConfig.tiny_resnet()
+    fields = ("vision_kind", "image_size", "resnet_layers", "resnet_width")
+    fields += ("embed_dim", "context_length", "vocab_size", "text_width", "text_layers")
+    fields += ("text_mlp_dim", "eot_token_id")
+    assert {f: getattr(cfg, f) for f in fields} == {f: getattr(tiny, f) for f in fields}
+    # OpenAI's head rules (32 * resnet_width // 64, text_width // 64); the tiny model uses 2
+    assert (cfg.vision_heads, cfg.text_heads) == (1, 1)
+    with pytest.raises(CLIPWeightsError, match=r"mlp\.c_fc\.weight.*\(32, 128\).*\(32, 64\)"):
+        load_clip(DATA_RN / "model.safetensors", config=CLIPConfig.tiny())
+
+
+def test_rn50_preset_matches_openai_shapes():
+    shapes = param_shapes(CLIPConfig.rn50())
+    leaves = jax.tree_util.tree_leaves_with_path(shapes)
+    # OpenAI's count excludes batch-norm running statistics (buffers in torch)
+    n = sum(int(np.prod(v.shape)) for p, v in leaves if p[-1].key not in ("mean", "var"))
+    assert n == 102_007_137
+    pool = shapes["vision"]["attnpool"]
+    assert pool["position_embedding"].shape == (50, 2048)  # 7 x 7 + 1 cells at 224 px
+    assert pool["c"]["kernel"].shape == (2048, 1024)
+
+
+def test_image_shape_checked(clip):
     with pytest.raises(ValueError, match=r"\[B, 32, 32, 3\]"):
-        encode_image(cfg, params, jnp.zeros((1, 16, 16, 3)))
+        encode_image(clip.config, clip.params, jnp.zeros((1, 16, 16, 3)))
+
+
+def test_random_init_matches_checkpoint_tree(clip):
+    params = init_params(CLIPConfig.tiny(), jax.random.key(0))
+    shapes = jax.tree.map(np.shape, params)
+    assert shapes == jax.tree.map(np.shape, clip.params)
 
 
 def test_missing_path_names_it_and_says_no_download(tmp_path):
@@ -174,7 +218,7 @@ def test_missing_and_extra_tensors_are_errors():
     with pytest.raises(CLIPWeightsError, match="text_projection.weight"):
         params_from_hf(cfg, tensors)
     fewer = CLIPConfig(**{**cfg.__dict__, "text_layers": 1})
-    with pytest.raises(CLIPWeightsError, match=r"text_model\.encoder\.layers\.1\..*1 text layers"):
+    with pytest.raises(CLIPWeightsError, match=r"does not use.*text_model\.encoder\.layers\.1\."):
         params_from_hf(fewer, read_tensors(DATA))
 
 

@@ -1,4 +1,5 @@
-"""OpenAI CLIP (ViT) in JAX/Flax: image/text encoders, HF weight loading and the tokenizer.
+"""OpenAI CLIP (ViT and ResNet, e.g. RN50) in JAX/Flax: image/text encoders, weight loading
+(Hugging Face directories and OpenAI-layout state dicts) and the tokenizer.
 
 Typical use (weights from a local Hugging Face checkpoint directory; nothing is
 downloaded)::
@@ -22,8 +23,9 @@ from .model import (
     param_shapes,
     quick_gelu,
 )
+from .openai import config_from_openai, params_from_openai
 from .tokenizer import CLIPTokenizer
-from .weights import WEIGHTS_HINT, LoadedCLIP, load_clip, params_from_hf, read_tensors
+from .weights import WEIGHTS_HINT, LoadedCLIP, load_clip, params_from_hf, read_file, read_tensors
 
 __all__ = [
     "CLIP",
@@ -34,6 +36,7 @@ __all__ = [
     "CLIPTokenizer",
     "CLIPWeightsError",
     "LoadedCLIP",
+    "config_from_openai",
     "cosine",
     "encode_image",
     "encode_text",
@@ -43,6 +46,8 @@ __all__ = [
     "logits",
     "param_shapes",
     "params_from_hf",
+    "params_from_openai",
     "quick_gelu",
+    "read_file",
     "read_tensors",
 ]

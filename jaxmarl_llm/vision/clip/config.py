@@ -19,16 +19,21 @@ class CLIPWeightsError(RunError, RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class CLIPConfig:
-    """OpenAI CLIP with a ViT image encoder; defaults are ViT-B/32's numbers."""
+    """OpenAI CLIP; defaults are ViT-B/32's numbers, :meth:`rn50` is the ResNet-50 model."""
 
     embed_dim: int = 512  # joint image-text embedding size
-    # vision transformer
+    vision_kind: str = "vit"  # "vit" (VisionTransformer) or "resnet" (ModifiedResNet)
+    # vision transformer (vision_heads is also the ResNet attention pool's head count)
     image_size: int = 224
     patch_size: int = 32
     vision_width: int = 768
     vision_layers: int = 12
     vision_heads: int = 12
     vision_mlp_dim: int = 3072
+    # ModifiedResNet: bottleneck blocks per stage and the stem width (stage i has
+    # 4 * width * 2**i output channels; the attention pool works on 32 * width)
+    resnet_layers: tuple[int, ...] = (3, 4, 6, 3)
+    resnet_width: int = 64
     # text transformer
     context_length: int = 77
     vocab_size: int = 49408
@@ -45,16 +50,41 @@ class CLIPConfig:
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.vision_kind not in ("vit", "resnet"):
+            raise ValueError(f"vision_kind must be 'vit' or 'resnet', got {self.vision_kind!r}")
         if self.image_size % self.patch_size:
             raise ValueError(f"image_size {self.image_size} not a multiple of {self.patch_size}")
-        for name in ("vision", "text"):
-            width, heads = getattr(self, f"{name}_width"), getattr(self, f"{name}_heads")
+        widths = {"vision": self.vision_width, "text": self.text_width}
+        if self.vision_kind == "resnet":
+            widths["vision"] = 32 * self.resnet_width
+        for name, width in widths.items():
+            heads = getattr(self, f"{name}_heads")
             if width % heads:
-                raise ValueError(f"{name}_width {width} not divisible by {name}_heads {heads}")
+                raise ValueError(f"{name} width {width} not divisible by {name}_heads {heads}")
 
     @property
     def num_patches(self) -> int:
+        """Image tokens before pooling: ViT patches, or the ResNet's final feature map cells."""
         return (self.image_size // self.patch_size) ** 2
+
+    @classmethod
+    def rn50(cls) -> CLIPConfig:
+        """OpenAI's RN50 (the V-GEPF paper's model); vision_width/mlp/layers are unused."""
+        return cls(embed_dim=1024, vision_kind="resnet", vision_heads=32)
+
+    @classmethod
+    def tiny_resnet(cls) -> CLIPConfig:
+        """A random-weights ModifiedResNet config for tests."""
+        return dataclasses.replace(
+            cls.tiny(),
+            vision_kind="resnet",
+            image_size=64,
+            resnet_layers=(1, 2, 1, 1),
+            resnet_width=2,
+            vision_heads=2,
+            text_mlp_dim=128,  # OpenAI's layout fixes it at 4 * text_width
+            eot_token_id=None,  # OpenAI's pooling rule
+        )
 
     @classmethod
     def vit_b32(cls) -> CLIPConfig:

@@ -10,7 +10,9 @@ Architecture (as in OpenAI's ``clip/model.py`` and transformers' ``CLIPModel``):
   linear projection (no bias);
 - text: token + positional embeddings -> transformer with a causal mask -> final LN ->
   the hidden state at the end-of-text token -> linear projection (no bias);
-- ``logit_scale`` is stored as a log; logits are ``exp(logit_scale) * cosine``.
+- ``logit_scale`` is stored as a log; logits are ``exp(logit_scale) * cosine``;
+- with ``cfg.vision_kind == "resnet"`` the image tower is :class:`.resnet.ModifiedResNet`,
+  whose attention pool already projects to the joint embedding (no visual projection).
 
 Layers are stacked and run with ``nn.scan`` (one compiled layer body per tower).
 ``encode_image`` / ``encode_text`` are pure functions of ``(cfg, params, inputs)``; wrap
@@ -26,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from .config import IMAGE_MEAN, IMAGE_STD, CLIPConfig
+from .resnet import ModifiedResNet
 
 Params = dict[str, Any]
 
@@ -134,9 +137,14 @@ class CLIP(nn.Module):
 
     def setup(self):
         cfg = self.cfg
-        self.vision = VisionTransformer(cfg, name="vision")
         self.text = TextTransformer(cfg, name="text")
-        self.visual_projection = nn.Dense(cfg.embed_dim, use_bias=False, name="visual_projection")
+        if cfg.vision_kind == "resnet":
+            self.vision = ModifiedResNet(cfg, name="vision")
+        else:
+            self.vision = VisionTransformer(cfg, name="vision")
+            self.visual_projection = nn.Dense(
+                cfg.embed_dim, use_bias=False, name="visual_projection"
+            )
         self.text_projection = nn.Dense(cfg.embed_dim, use_bias=False, name="text_projection")
         self.logit_scale = self.param(
             "logit_scale", nn.initializers.constant(jnp.log(1 / 0.07)), ()
@@ -147,6 +155,8 @@ class CLIP(nn.Module):
         mean = jnp.asarray(IMAGE_MEAN, jnp.float32)
         std = jnp.asarray(IMAGE_STD, jnp.float32)
         x = (images.astype(jnp.float32) - mean) / std
+        if self.cfg.vision_kind == "resnet":
+            return self.vision(x)
         return self.visual_projection(self.vision(x))
 
     def encode_text(self, tokens):

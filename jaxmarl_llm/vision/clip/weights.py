@@ -1,4 +1,5 @@
-"""CLIP weights from a Hugging Face ``CLIPModel`` checkpoint directory.
+"""CLIP weights from a Hugging Face ``CLIPModel`` checkpoint directory (OpenAI-layout
+state dicts, e.g. RN50, are mapped in :mod:`.openai` with the same :class:`Builder`).
 
 The directory holds ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``,
 which needs torch to read), and usually the tokenizer files (``vocab.json`` +
@@ -19,7 +20,6 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import numpy as np
 
 from .config import CLIPConfig, CLIPWeightsError
@@ -105,66 +105,94 @@ def _unflatten(arrays: dict[str, Any]) -> Params:
     return tree
 
 
-def params_from_hf(cfg: CLIPConfig, tensors: dict[str, np.ndarray]) -> Params:
-    """HF ``CLIPModel`` state dict (numpy) -> our parameter tree, shape-checked against ``cfg``."""
-    expect = _flat_shapes(param_shapes(cfg))
-    out: dict[str, np.ndarray] = {}
+class Builder:
+    """Collects converted tensors under our flat ``a/b/c`` names, checking each shape."""
 
-    def put(src: str, dst: str, conv, want: tuple[int, ...]) -> np.ndarray:
-        if src not in tensors:
+    def __init__(self, cfg: CLIPConfig, tensors: dict[str, np.ndarray]):
+        self.expect = _flat_shapes(param_shapes(cfg))
+        self.tensors = tensors
+        self.out: dict[str, np.ndarray] = {}
+        self.used: set[str] = set()
+
+    def _get(self, src: str, dst: str, conv, want: tuple[int, ...]) -> np.ndarray:
+        if src not in self.tensors:
             raise CLIPWeightsError(f"CLIP checkpoint lacks tensor {src!r}")
-        a = conv(np.asarray(tensors[src], np.float32))
+        a = np.asarray(self.tensors[src], np.float32)
+        a = conv(a) if conv is not None else a
         if a.shape != want:
             raise CLIPWeightsError(
                 f"CLIP tensor {src!r} has shape {a.shape} after conversion to {dst!r}, "
                 f"but the config implies {want}"
             )
+        self.used.add(src)
         return a
 
+    def put(self, dst: str, src: str, conv=None) -> None:
+        self.out[dst] = self._get(src, dst, conv, self.expect[dst])
+
+    def stack(self, dst: str, srcs: list[str], conv=None) -> None:
+        """Per-layer tensors ``srcs`` stacked on a leading layer axis (for ``nn.scan``)."""
+        arrs = [self._get(s, dst, conv, self.expect[dst][1:]) for s in srcs]
+        self.out[dst] = np.ascontiguousarray(np.stack(arrs))
+
+    def finish(self, ignore: tuple[str, ...] = ()) -> Params:
+        unset = sorted(set(self.expect) - set(self.out))
+        if unset:  # a mapping bug, not a user error
+            raise AssertionError(f"CLIP parameters left unset: {unset}")
+        unknown = sorted(k for k in self.tensors if k not in self.used and not k.endswith(ignore))
+        if unknown:
+            raise CLIPWeightsError(
+                "CLIP checkpoint has tensors the config does not use (a config with fewer "
+                f"layers or another architecture?): {unknown[:5]}"
+            )
+        return _unflatten(self.out)
+
+
+def params_from_hf(cfg: CLIPConfig, tensors: dict[str, np.ndarray]) -> Params:
+    """HF ``CLIPModel`` state dict (numpy) -> our parameter tree, shape-checked against ``cfg``."""
+    if cfg.vision_kind != "vit":
+        raise CLIPWeightsError("Hugging Face CLIP checkpoints hold ViT models only")
+    b = Builder(cfg, tensors)
     for src, (dst, conv) in _TOP.items():
-        out[dst] = put(src, dst, conv, expect[dst])
-    used = set(_TOP)
+        b.put(dst, src, conv)
     for tower, n_layers in (("vision", cfg.vision_layers), ("text", cfg.text_layers)):
         for suffix, (sub, conv) in _LAYER.items():
-            dst = f"{tower}/layers/{sub}"
-            per_layer = []
-            for i in range(n_layers):
-                src = f"{tower}_model.encoder.layers.{i}.{suffix}"
-                per_layer.append(put(src, dst, conv, expect[dst][1:]))
-                used.add(src)
-            out[dst] = np.ascontiguousarray(np.stack(per_layer))
-        extra = f"{tower}_model.encoder.layers.{n_layers}.{next(iter(_LAYER))}"
-        if extra in tensors:
-            raise CLIPWeightsError(
-                f"CLIP checkpoint has tensor {extra!r} but the config has {n_layers} {tower} layers"
-            )
-    unknown = sorted(k for k in tensors if k not in used and not k.endswith("position_ids"))
-    if unknown:
-        raise CLIPWeightsError(f"CLIP checkpoint has unexpected tensors: {unknown[:5]}")
-    return jax.tree.map(np.asarray, _unflatten(out))
+            srcs = [f"{tower}_model.encoder.layers.{i}.{suffix}" for i in range(n_layers)]
+            b.stack(f"{tower}/layers/{sub}", srcs, conv)
+    return b.finish(ignore=("position_ids",))
+
+
+def read_file(path: pathlib.Path) -> dict[str, np.ndarray]:
+    """A state dict file (``.safetensors``, ``.npz``, or with torch ``.pt``/``.bin``) as numpy."""
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            return load_file(str(path))
+        if path.suffix == ".npz":
+            with np.load(path) as f:
+                return {k: f[k] for k in f.files}
+    except Exception as e:  # noqa: BLE001 - re-raised with the file named
+        raise CLIPWeightsError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+    try:
+        import torch
+    except ImportError as e:
+        raise CLIPWeightsError(
+            f"{path} is a PyTorch file and torch is not installed; convert it to "
+            ".safetensors (safetensors.torch.save_file) on a machine with torch"
+        ) from e
+    try:  # OpenAI's released .pt files are TorchScript archives
+        state = torch.jit.load(str(path), map_location="cpu").state_dict()
+    except RuntimeError:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "numpy")}
 
 
 def read_tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
-    """The state dict in ``directory`` as float32 numpy arrays."""
-    st = directory / "model.safetensors"
-    if st.is_file():
-        from safetensors.numpy import load_file
-
-        try:
-            return load_file(str(st))
-        except Exception as e:  # noqa: BLE001 - re-raised with the file named
-            raise CLIPWeightsError(f"cannot read {st}: {type(e).__name__}: {e}") from e
-    pt = directory / "pytorch_model.bin"
-    if pt.is_file():
-        try:
-            import torch
-        except ImportError as e:
-            raise CLIPWeightsError(
-                f"{pt} is a PyTorch pickle and torch is not installed; convert it to "
-                "model.safetensors (safetensors.torch.save_file) on a machine with torch"
-            ) from e
-        state = torch.load(str(pt), map_location="cpu", weights_only=True)
-        return {k: v.float().numpy() for k, v in state.items()}
+    """The HF state dict in ``directory`` as float32 numpy arrays."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (directory / name).is_file():
+            return read_file(directory / name)
     raise CLIPWeightsError(
         f"CLIP weights directory {directory} has neither model.safetensors nor "
         f"pytorch_model.bin; {WEIGHTS_HINT}"
@@ -175,24 +203,43 @@ def read_tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
 class LoadedCLIP:
     config: CLIPConfig
     params: Params
-    tokenizer: CLIPTokenizer | None  # None when the directory has no tokenizer files
+    tokenizer: CLIPTokenizer | None  # None when no tokenizer files lie beside the weights
     path: pathlib.Path
 
 
-def load_clip(path: str | os.PathLike) -> LoadedCLIP:
-    """Config, parameters and (if present) tokenizer from a HF CLIP checkpoint directory."""
-    directory = pathlib.Path(path).expanduser()
-    if not directory.exists():
-        raise CLIPWeightsError(f"CLIP weights path not found: {directory}; {WEIGHTS_HINT}")
-    if directory.is_file():  # a weights file given directly: use its directory
-        directory = directory.parent
-    cfg_file = directory / "config.json"
-    if not cfg_file.is_file():
-        raise CLIPWeightsError(f"CLIP weights directory {directory} lacks config.json")
-    try:
-        cfg = CLIPConfig.from_hf(json.loads(cfg_file.read_text()))
-    except json.JSONDecodeError as e:
-        raise CLIPWeightsError(f"{cfg_file} is not valid JSON: {e}") from e
-    params = params_from_hf(cfg, read_tensors(directory))
+def load_clip(path: str | os.PathLike, config: CLIPConfig | None = None) -> LoadedCLIP:
+    """Config, parameters and (if present) tokenizer of a local CLIP checkpoint.
+
+    ``path`` is a Hugging Face CLIP directory (``config.json`` + weights; ViT models), or
+    a state-dict file in OpenAI's layout (RN50 and ViT; ``.safetensors``, ``.npz``, or
+    ``.pt`` with torch) whose hyperparameters are inferred from its shapes unless
+    ``config`` is given. The tokenizer is read from the directory (or the file's).
+    """
+    from .openai import config_from_openai, is_openai, params_from_openai
+
+    target = pathlib.Path(path).expanduser()
+    if not target.exists():
+        raise CLIPWeightsError(f"CLIP weights path not found: {target}; {WEIGHTS_HINT}")
+    directory = target if target.is_dir() else target.parent
+    if target.is_file():
+        tensors = read_file(target)
+        if not is_openai(tensors):
+            raise CLIPWeightsError(
+                f"{target} is not an OpenAI-layout CLIP state dict; pass a Hugging Face "
+                "checkpoint's directory instead of its weights file"
+            )
+        cfg = config or config_from_openai(tensors)
+        params = params_from_openai(cfg, tensors)
+    else:
+        cfg_file = directory / "config.json"
+        if config is None:
+            if not cfg_file.is_file():
+                raise CLIPWeightsError(f"CLIP weights directory {directory} lacks config.json")
+            try:
+                config = CLIPConfig.from_hf(json.loads(cfg_file.read_text()))
+            except json.JSONDecodeError as e:
+                raise CLIPWeightsError(f"{cfg_file} is not valid JSON: {e}") from e
+        cfg = config
+        params = params_from_hf(cfg, read_tensors(directory))
     tokenizer = CLIPTokenizer.from_directory(directory, cfg.context_length, missing_ok=True)
-    return LoadedCLIP(cfg, params, tokenizer, directory)
+    return LoadedCLIP(cfg, params, tokenizer, target)

@@ -8,6 +8,7 @@ tiny random OpenAI-layout ResNet CLIP), each with reference outputs, come from
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 import shutil
@@ -265,3 +266,15 @@ def test_tokenizer_matches_transformers(tok_dir):
     for text in ["Hello, world!", "hello   WORLD\n12", "who'll ab, drew", "héllo wörld"]:
         want = theirs(text).input_ids
         assert ours.encode_one(text) == want, text
+
+
+def test_tokenizer_from_openai_bpe_file(tmp_path):
+    lines = ["#version: 0.2"] + [f"{a} {b}" for a, b in MERGES]
+    with gzip.open(tmp_path / "bpe_simple_vocab_16e6.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    tok = CLIPTokenizer.from_directory(tmp_path, context_length=8)
+    # OpenAI's ids: 512 byte symbols (plain, then with </w>), the merges, then the specials
+    merge_id = {a + b: 512 + i for i, (a, b) in enumerate(MERGES)}
+    bos, eos = 512 + len(MERGES), 513 + len(MERGES)
+    assert tok.encode_one("Hello World") == [bos, merge_id["hello</w>"], merge_id["world</w>"], eos]
+    assert tok.encode_one("!")[1] == 256  # "!" is byte symbol 0; with </w> it is 256 + 0

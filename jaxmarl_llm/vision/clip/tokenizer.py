@@ -11,6 +11,7 @@ cannot change the text embedding: the mask is causal and pooling reads that toke
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 
@@ -20,7 +21,22 @@ from .config import CLIPWeightsError
 
 BOS = "<|startoftext|>"
 EOS = "<|endoftext|>"
+OPENAI_BPE = "bpe_simple_vocab_16e6.txt.gz"
 SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"""
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (the byte-level BPE alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs), strict=True))
 
 
 def _require_tokenizers():
@@ -90,20 +106,38 @@ class CLIPTokenizer:
         return cls(build_bpe(vocab, merges), context_length)
 
     @classmethod
+    def from_openai_bpe(cls, path, context_length: int) -> CLIPTokenizer:
+        """From OpenAI's ``bpe_simple_vocab_16e6.txt.gz`` (merges only; the vocabulary is
+        the 256 byte symbols, the same with ``</w>``, one entry per merge, then the two
+        special tokens, as in OpenAI's ``simple_tokenizer``)."""
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            text = f.read()
+        lines = text.split("\n")[1 : 49152 - 256 - 2 + 1]  # OpenAI's slice; header first
+        merges = [tuple(line.split()) for line in lines if line.strip()]
+        symbols = list(bytes_to_unicode().values())
+        words = symbols + [v + "</w>" for v in symbols] + ["".join(m) for m in merges]
+        vocab = {w: i for i, w in enumerate([*words, BOS, EOS])}
+        return cls(build_bpe(vocab, merges), context_length)
+
+    @classmethod
     def from_directory(
         cls, directory, context_length: int, missing_ok: bool = False
     ) -> CLIPTokenizer | None:
-        """From ``vocab.json`` + ``merges.txt`` (preferred) or ``tokenizer.json``."""
+        """From ``vocab.json`` + ``merges.txt`` (preferred), OpenAI's BPE file, or
+        ``tokenizer.json``."""
         d = pathlib.Path(directory)
         if (d / "vocab.json").is_file() and (d / "merges.txt").is_file():
             return cls.from_files(d / "vocab.json", d / "merges.txt", context_length)
+        if (d / OPENAI_BPE).is_file():
+            return cls.from_openai_bpe(d / OPENAI_BPE, context_length)
         if (d / "tokenizer.json").is_file():
             tk = _require_tokenizers()
             return cls(tk.Tokenizer.from_file(str(d / "tokenizer.json")), context_length)
         if missing_ok:
             return None
         raise CLIPWeightsError(
-            f"{d} has no CLIP tokenizer files (vocab.json + merges.txt, or tokenizer.json)"
+            f"{d} has no CLIP tokenizer files (vocab.json + merges.txt, {OPENAI_BPE} "
+            "or tokenizer.json)"
         )
 
     def encode_one(self, text: str) -> list[int]:

@@ -27,9 +27,10 @@ from .model import Params, param_shapes
 from .tokenizer import CLIPTokenizer
 
 WEIGHTS_HINT = (
-    "no CLIP weights can be downloaded here; provide a Hugging Face CLIP checkpoint "
-    "directory (config.json + model.safetensors, e.g. a local copy of "
-    "openai/clip-vit-base-patch32) with shaping.kwargs.clip_weights=PATH"
+    "no CLIP weights can be downloaded here; provide a local checkpoint with "
+    "shaping.kwargs.clip_weights=PATH: a Hugging Face CLIP directory (config.json + "
+    "model.safetensors, e.g. openai/clip-vit-base-patch32) or an OpenAI-layout state-dict "
+    "file (e.g. RN50 as .safetensors, or OpenAI's RN50.pt with torch installed)"
 )
 
 

@@ -1,0 +1,246 @@
+"""CLIP weights from a Hugging Face ``CLIPModel`` checkpoint directory (OpenAI-layout
+state dicts, e.g. RN50, are mapped in :mod:`.openai` with the same :class:`Builder`).
+
+The directory holds ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``,
+which needs torch to read), and usually the tokenizer files (``vocab.json`` +
+``merges.txt`` or ``tokenizer.json``). Nothing is downloaded here: the user provides the
+directory (``shaping.kwargs.clip_weights=PATH``).
+
+Layout conversions: torch ``nn.Linear`` weights ``[out, in]`` become Flax kernels
+``[in, out]``; the patch conv ``[out, in, kh, kw]`` becomes ``[kh, kw, in, out]``;
+per-layer tensors are stacked on a leading layer axis for ``nn.scan``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .config import CLIPConfig, CLIPWeightsError
+from .model import Params, param_shapes
+from .tokenizer import CLIPTokenizer
+
+WEIGHTS_HINT = (
+    "no CLIP weights can be downloaded here; provide a local checkpoint with "
+    "shaping.kwargs.clip_weights=PATH: a Hugging Face CLIP directory (config.json + "
+    "model.safetensors, e.g. openai/clip-vit-base-patch32) or an OpenAI-layout state-dict "
+    "file (e.g. RN50 as .safetensors, or OpenAI's RN50.pt with torch installed)"
+)
+
+
+def _linear(w: np.ndarray) -> np.ndarray:
+    return w.T
+
+
+def _conv(w: np.ndarray) -> np.ndarray:
+    return w.transpose(2, 3, 1, 0)
+
+
+def _same(w: np.ndarray) -> np.ndarray:
+    return w
+
+
+# per-layer HF suffix -> (our path under ``layers/``, conversion)
+_LAYER = {
+    "self_attn.q_proj.weight": ("q/kernel", _linear),
+    "self_attn.q_proj.bias": ("q/bias", _same),
+    "self_attn.k_proj.weight": ("k/kernel", _linear),
+    "self_attn.k_proj.bias": ("k/bias", _same),
+    "self_attn.v_proj.weight": ("v/kernel", _linear),
+    "self_attn.v_proj.bias": ("v/bias", _same),
+    "self_attn.out_proj.weight": ("o/kernel", _linear),
+    "self_attn.out_proj.bias": ("o/bias", _same),
+    "layer_norm1.weight": ("ln1/scale", _same),
+    "layer_norm1.bias": ("ln1/bias", _same),
+    "layer_norm2.weight": ("ln2/scale", _same),
+    "layer_norm2.bias": ("ln2/bias", _same),
+    "mlp.fc1.weight": ("fc1/kernel", _linear),
+    "mlp.fc1.bias": ("fc1/bias", _same),
+    "mlp.fc2.weight": ("fc2/kernel", _linear),
+    "mlp.fc2.bias": ("fc2/bias", _same),
+}
+
+# HF name -> (our path, conversion), the tensors outside the layer stacks
+_TOP: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
+    "logit_scale": ("logit_scale", _same),
+    "visual_projection.weight": ("visual_projection/kernel", _linear),
+    "text_projection.weight": ("text_projection/kernel", _linear),
+    "vision_model.embeddings.class_embedding": ("vision/class_embedding", _same),
+    "vision_model.embeddings.patch_embedding.weight": ("vision/patch_embed/kernel", _conv),
+    "vision_model.embeddings.position_embedding.weight": ("vision/position_embedding", _same),
+    "vision_model.pre_layrnorm.weight": ("vision/pre_ln/scale", _same),
+    "vision_model.pre_layrnorm.bias": ("vision/pre_ln/bias", _same),
+    "vision_model.post_layernorm.weight": ("vision/post_ln/scale", _same),
+    "vision_model.post_layernorm.bias": ("vision/post_ln/bias", _same),
+    "text_model.embeddings.token_embedding.weight": ("text/token_embedding/embedding", _same),
+    "text_model.embeddings.position_embedding.weight": ("text/position_embedding", _same),
+    "text_model.final_layer_norm.weight": ("text/final_ln/scale", _same),
+    "text_model.final_layer_norm.bias": ("text/final_ln/bias", _same),
+}
+
+
+def _flat_shapes(tree: Params, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat_shapes(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = tuple(v.shape)
+    return out
+
+
+def _unflatten(arrays: dict[str, Any]) -> Params:
+    tree: dict[str, Any] = {}
+    for key, value in arrays.items():
+        node = tree
+        *parents, leaf = key.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return tree
+
+
+class Builder:
+    """Collects converted tensors under our flat ``a/b/c`` names, checking each shape."""
+
+    def __init__(self, cfg: CLIPConfig, tensors: dict[str, np.ndarray]):
+        self.expect = _flat_shapes(param_shapes(cfg))
+        self.tensors = tensors
+        self.out: dict[str, np.ndarray] = {}
+        self.used: set[str] = set()
+
+    def _get(self, src: str, dst: str, conv, want: tuple[int, ...]) -> np.ndarray:
+        if src not in self.tensors:
+            raise CLIPWeightsError(f"CLIP checkpoint lacks tensor {src!r}")
+        a = np.asarray(self.tensors[src], np.float32)
+        a = conv(a) if conv is not None else a
+        if a.shape != want:
+            raise CLIPWeightsError(
+                f"CLIP tensor {src!r} has shape {a.shape} after conversion to {dst!r}, "
+                f"but the config implies {want}"
+            )
+        self.used.add(src)
+        return a
+
+    def put(self, dst: str, src: str, conv=None) -> None:
+        self.out[dst] = self._get(src, dst, conv, self.expect[dst])
+
+    def stack(self, dst: str, srcs: list[str], conv=None) -> None:
+        """Per-layer tensors ``srcs`` stacked on a leading layer axis (for ``nn.scan``)."""
+        arrs = [self._get(s, dst, conv, self.expect[dst][1:]) for s in srcs]
+        self.out[dst] = np.ascontiguousarray(np.stack(arrs))
+
+    def finish(self, ignore: tuple[str, ...] = ()) -> Params:
+        unset = sorted(set(self.expect) - set(self.out))
+        if unset:  # a mapping bug, not a user error
+            raise AssertionError(f"CLIP parameters left unset: {unset}")
+        unknown = sorted(k for k in self.tensors if k not in self.used and not k.endswith(ignore))
+        if unknown:
+            raise CLIPWeightsError(
+                "CLIP checkpoint has tensors the config does not use (a config with fewer "
+                f"layers or another architecture?): {unknown[:5]}"
+            )
+        return _unflatten(self.out)
+
+
+def params_from_hf(cfg: CLIPConfig, tensors: dict[str, np.ndarray]) -> Params:
+    """HF ``CLIPModel`` state dict (numpy) -> our parameter tree, shape-checked against ``cfg``."""
+    if cfg.vision_kind != "vit":
+        raise CLIPWeightsError("Hugging Face CLIP checkpoints hold ViT models only")
+    b = Builder(cfg, tensors)
+    for src, (dst, conv) in _TOP.items():
+        b.put(dst, src, conv)
+    for tower, n_layers in (("vision", cfg.vision_layers), ("text", cfg.text_layers)):
+        for suffix, (sub, conv) in _LAYER.items():
+            srcs = [f"{tower}_model.encoder.layers.{i}.{suffix}" for i in range(n_layers)]
+            b.stack(f"{tower}/layers/{sub}", srcs, conv)
+    return b.finish(ignore=("position_ids",))
+
+
+def read_file(path: pathlib.Path) -> dict[str, np.ndarray]:
+    """A state dict file (``.safetensors``, ``.npz``, or with torch ``.pt``/``.bin``) as numpy."""
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            return load_file(str(path))
+        if path.suffix == ".npz":
+            with np.load(path) as f:
+                return {k: f[k] for k in f.files}
+    except Exception as e:  # noqa: BLE001 - re-raised with the file named
+        raise CLIPWeightsError(f"cannot read {path}: {type(e).__name__}: {e}") from e
+    try:
+        import torch
+    except ImportError as e:
+        raise CLIPWeightsError(
+            f"{path} is a PyTorch file and torch is not installed; convert it to "
+            ".safetensors (safetensors.torch.save_file) on a machine with torch"
+        ) from e
+    try:  # OpenAI's released .pt files are TorchScript archives
+        state = torch.jit.load(str(path), map_location="cpu").state_dict()
+    except RuntimeError:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "numpy")}
+
+
+def read_tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
+    """The HF state dict in ``directory`` as float32 numpy arrays."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (directory / name).is_file():
+            return read_file(directory / name)
+    raise CLIPWeightsError(
+        f"CLIP weights directory {directory} has neither model.safetensors nor "
+        f"pytorch_model.bin; {WEIGHTS_HINT}"
+    )
+
+
+@dataclasses.dataclass
+class LoadedCLIP:
+    config: CLIPConfig
+    params: Params
+    tokenizer: CLIPTokenizer | None  # None when no tokenizer files lie beside the weights
+    path: pathlib.Path
+
+
+def load_clip(path: str | os.PathLike, config: CLIPConfig | None = None) -> LoadedCLIP:
+    """Config, parameters and (if present) tokenizer of a local CLIP checkpoint.
+
+    ``path`` is a Hugging Face CLIP directory (``config.json`` + weights; ViT models), or
+    a state-dict file in OpenAI's layout (RN50 and ViT; ``.safetensors``, ``.npz``, or
+    ``.pt`` with torch) whose hyperparameters are inferred from its shapes unless
+    ``config`` is given. The tokenizer is read from the directory (or the file's).
+    """
+    from .openai import config_from_openai, is_openai, params_from_openai
+
+    target = pathlib.Path(path).expanduser()
+    if not target.exists():
+        raise CLIPWeightsError(f"CLIP weights path not found: {target}; {WEIGHTS_HINT}")
+    directory = target if target.is_dir() else target.parent
+    if target.is_file():
+        tensors = read_file(target)
+        if not is_openai(tensors):
+            raise CLIPWeightsError(
+                f"{target} is not an OpenAI-layout CLIP state dict; pass a Hugging Face "
+                "checkpoint's directory instead of its weights file"
+            )
+        cfg = config or config_from_openai(tensors)
+        params = params_from_openai(cfg, tensors)
+    else:
+        cfg_file = directory / "config.json"
+        if config is None:
+            if not cfg_file.is_file():
+                raise CLIPWeightsError(f"CLIP weights directory {directory} lacks config.json")
+            try:
+                config = CLIPConfig.from_hf(json.loads(cfg_file.read_text()))
+            except json.JSONDecodeError as e:
+                raise CLIPWeightsError(f"{cfg_file} is not valid JSON: {e}") from e
+        cfg = config
+        params = params_from_hf(cfg, read_tensors(directory))
+    tokenizer = CLIPTokenizer.from_directory(directory, cfg.context_length, missing_ok=True)
+    return LoadedCLIP(cfg, params, tokenizer, target)

@@ -65,7 +65,12 @@ from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 from jaxmarl.environments.spaces import Box, Discrete
 
 from envs import fast_random
-from envs.football.scenarios import FORMATION_442, KICKOFF_PLAYER, scenario
+from envs.football.scenarios import (
+    FORMATION_442,
+    FORMATION_442_RECEIVING,
+    KICKOFF_PLAYER,
+    scenario,
+)
 
 # ----- GRF's action_set_v1 ------------------------------------------------------------------
 ACTION_NAMES = (
@@ -421,7 +426,10 @@ class Football(MultiAgentEnv):
         own_pos = jnp.where(o_team == 0, pos[:11], pos[11:])  # [11, 2]
         opp_pos = jnp.where(o_team == 0, pos[11:], pos[:11])
         passer = o % 11
-        tgt = _pass_target(own_pos, jnp.arange(11), passer, facing[o], k, opp_pos)
+        # scripted passers look for teammates toward the goal they attack
+        attack_dir = jnp.array([1.0, 0.0]) * jnp.where(o_team == 0, 1.0, -1.0)
+        pass_facing = jnp.where(self.is_controlled[o], facing[o], attack_dir)
+        tgt = _pass_target(own_pos, jnp.arange(11), passer, pass_facing, k, opp_pos)
         to_tgt = own_pos[tgt] - pos[o]
         tgt_dist = jnp.sqrt((to_tgt**2).sum() + 1e-12)
         max_len = jnp.array([0.0, PASS_MAX[1], PASS_MAX[2], PASS_MAX[3], 0.0])[k]
@@ -463,9 +471,11 @@ class Football(MultiAgentEnv):
         # ball
         n_o = jnp.maximum(new_owner, 0)
         offset = jnp.where(dribbling[n_o], DRIBBLE_OFFSET, BALL_OFFSET)
-        carried = pos[n_o] + facing[n_o] * offset
+        pitch = jnp.array([PITCH_X, PITCH_Y])
+        # a carried ball stays on the pitch: carriers are stopped at the lines
+        carried = jnp.clip(pos[n_o] + facing[n_o] * offset, -pitch, pitch)
         free_vel = jnp.where(kicked, kick_vel, state.ball_vel)
-        free_start = jnp.where(kicked, pos[o], state.ball)
+        free_start = jnp.where(kicked, pos[o] + facing[o] * BALL_OFFSET, state.ball)
         free_ball = free_start + free_vel
         ball_owned = new_owner >= 0
         ball = jnp.where(ball_owned, carried, free_ball)
@@ -493,7 +503,8 @@ class Football(MultiAgentEnv):
         tt = jnp.clip(((pos - prev) * seg).sum(-1) / jnp.maximum((seg**2).sum(), 1e-12), 0.0, 1.0)
         d_path = jnp.sqrt(((prev + tt[:, None] * seg - pos) ** 2).sum(-1))  # [22]
         can = (d_path < CONTROL_RADIUS) & ~((jnp.arange(22) == kicker) & (kick_cool > 0))
-        can = can & ~ball_owned & (ball_air == 0) & ~goal & ~out
+        # a ball kicked this step travels at least one step before anyone can take it
+        can = can & ~ball_owned & ~kicked & (ball_air == 0) & ~goal & ~out
         picker = jnp.argmin(jnp.where(can, d_path, jnp.inf))
         picked = can.any()
         p_team = picker // 11
@@ -501,7 +512,9 @@ class Football(MultiAgentEnv):
         new_owner = jnp.where(picked, picker, new_owner)
         pass_team = jnp.where(picked, -1, pass_team)
         last_touch = jnp.where(picked, p_team, last_touch)
-        ball = jnp.where(picked, pos[picker] + facing[picker] * BALL_OFFSET, ball)
+        ball = jnp.where(
+            picked, jnp.clip(pos[picker] + facing[picker] * BALL_OFFSET, -pitch, pitch), ball
+        )
         ball_vel = jnp.where(picked, vel[picker], ball_vel)
         ball = jnp.clip(
             ball, jnp.array([-1.05, -PITCH_Y - 0.05]), jnp.array([1.05, PITCH_Y + 0.05])
@@ -535,8 +548,17 @@ class Football(MultiAgentEnv):
 
         # restarts: kick-off after a goal, the conceding team kicks off
         kick_team = jnp.where(left_goal, 1, 0)
-        ko_pos = self.formation.at[KICKOFF_PLAYER].set(jnp.array([-0.01, 0.0]))
-        ko_pos = ko_pos.at[11 + KICKOFF_PLAYER].set(jnp.array([0.01, 0.0]))
+        kicking_left = (
+            jnp.asarray(np.concatenate([FORMATION_442, -FORMATION_442_RECEIVING]))
+            .at[KICKOFF_PLAYER]
+            .set(jnp.array([-0.01, 0.0]))
+        )  # [22, 2]
+        kicking_right = (
+            jnp.asarray(np.concatenate([FORMATION_442_RECEIVING, -FORMATION_442]))
+            .at[11 + KICKOFF_PLAYER]
+            .set(jnp.array([0.01, 0.0]))
+        )
+        ko_pos = jnp.where(kick_team == 0, kicking_left, kicking_right)
         pos = jnp.where(goal, ko_pos, pos)
         ball = jnp.where(goal, jnp.zeros(2), ball)
         new_owner = jnp.where(goal, kick_team * 11 + KICKOFF_PLAYER, new_owner)

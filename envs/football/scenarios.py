@@ -33,6 +33,9 @@ FORMATION_442 = np.array(
     np.float32,
 )
 KICKOFF_PLAYER = 10
+# the team not kicking off waits outside the centre circle (radius 9.15 m ~ 0.17)
+FORMATION_442_RECEIVING = FORMATION_442.copy()
+FORMATION_442_RECEIVING[:, 0] = np.minimum(FORMATION_442[:, 0], -0.18)
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def _eleven(difficulty: float, scripted_keeper: bool) -> Scenario:
         max_steps=3000,
         controlled=tuple(range(1 if scripted_keeper else 0, 11)),
         left_start=left,
-        right_start=-FORMATION_442,
+        right_start=-FORMATION_442_RECEIVING,
         ball_start=(0.0, 0.0),
         owner_start=KICKOFF_PLAYER,
         end_on_possession_change=False,

@@ -24,7 +24,8 @@ Rules (all on one flat 2D pitch, ``dt`` = 0.1 s):
   standard deviation grows with the square of the distance to goal.
 * Tackles: each opponent within ``TACKLE_RADIUS`` of the carrier wins the ball with
   probability ``TACKLE_PROB`` (scaled by its stat) per step; ``sliding`` reaches
-  ``SLIDE_RADIUS`` and wins with ``SLIDE_PROB``.
+  ``SLIDE_RADIUS`` and wins with ``SLIDE_PROB``. A won tackle cancels the carrier's
+  kick of that step.
 * Goal: the free ball crosses x = +-1 with |y| < 0.044. Kick-off after a goal: everyone
   back in formation, the ball at the centre spot owned by the conceding team.
 
@@ -52,6 +53,9 @@ dict): goals scored and conceded, left shots, left shots on target (the noisy ai
 the goal mouth), left passes and completed passes (received by a teammate), steps with
 the left team on the ball, steps, and the sum over steps of the left outfield players'
 convex hull area (gift wrapping over the 10 points; ``spread`` in the dict is its mean).
+``ArrayEnv`` keeps only its own info keys, so learners read the statistics of an ended
+episode from ``StepResult.terminal_env_state`` (``episode_stats(res.terminal_env_state)``
+where ``res.done``); the win flag is also ``ArrayEnv``'s ``info["won"]`` (``won_fn``).
 """
 
 from __future__ import annotations
@@ -268,7 +272,8 @@ class Football(MultiAgentEnv):
         self.agents = [f"player_{i}" for i in sc.controlled]
         self.difficulty = float(sc.difficulty)
         self.right_stat = 0.3 + 0.7 * self.difficulty
-        self.reaction_delay = int(round((1.0 - self.difficulty) * 100 / 100))  # steps of 100 ms
+        # (1 - d) * 100 ms in whole steps of 100 ms: 1 step on easy, 0 on hard
+        self.reaction_delay = int(round((1.0 - self.difficulty) * 100.0 / 100.0))
         self.press_radius = PRESS_RADIUS * self.right_stat
         ctrl = np.zeros(22, bool)
         ctrl[self.controlled] = True
@@ -442,8 +447,17 @@ class Football(MultiAgentEnv):
         aim = jnp.array([goal_x, 0.0]) + jnp.array([0.0, 1.0]) * std * normal
         to_aim = aim - pos[o]
         shot_vel = to_aim / jnp.sqrt((to_aim**2).sum() + 1e-12) * SHOT_SPEED
+        # tackles on the carrier come first: a won tackle cancels the carrier's kick
+        d_car = jnp.sqrt(((pos - pos[o]) ** 2).sum(-1))  # [22]
+        rival = team != o_team
+        win = rival & (
+            ((d_car < TACKLE_RADIUS) & (u[:22] < TACKLE_PROB * self.stat))
+            | (sliding & (d_car < SLIDE_RADIUS) & (u[:22] < SLIDE_PROB))
+        )
+        stolen = has_owner & win.any()
+        new_owner = jnp.where(stolen, jnp.argmax(win), owner)
         is_pass = (k == KICK_SHORT) | (k == KICK_LONG) | (k == KICK_HIGH)
-        kicked = k != NO_KICK
+        kicked = (k != NO_KICK) & ~stolen
         kick_vel = jnp.where(k == KICK_SHOT, shot_vel, pass_vel)
         air = jnp.where(
             k == KICK_HIGH,
@@ -456,16 +470,6 @@ class Football(MultiAgentEnv):
         stats = stats.at[S_ON_TARGET].add(left_kick & (k == KICK_SHOT) & (jnp.abs(aim[1]) < GOAL_Y))
         stats = stats.at[S_PASSES].add(left_kick & is_pass)
 
-        # tackles on the carrier that keeps the ball
-        keeps = has_owner & ~kicked
-        d_car = jnp.sqrt(((pos - pos[o]) ** 2).sum(-1))  # [22]
-        rival = team != o_team
-        win = rival & (
-            ((d_car < TACKLE_RADIUS) & (u[:22] < TACKLE_PROB * self.stat))
-            | (sliding & (d_car < SLIDE_RADIUS) & (u[:22] < SLIDE_PROB))
-        )
-        stolen = keeps & win.any()
-        new_owner = jnp.where(stolen, jnp.argmax(win), owner)
         new_owner = jnp.where(kicked, -1, new_owner)
 
         # ball

@@ -25,6 +25,7 @@ from envs.football.env import (
     S_SHOTS,
     SHORT_PASS,
     SHOT,
+    SLIDING,
     SPRINT,
     THROW_IN,
 )
@@ -265,3 +266,44 @@ def test_hull_area_and_stats_shape():
     env, _ = _env()
     _, s = env.reset(jax.random.PRNGKey(0))
     assert s.stats.shape == (NUM_STATS,)
+
+
+def test_dribble_slows_the_carrier_and_sliding_wins_the_ball():
+    env, step = _env()
+    left = _spread_left()
+    left[6] = [0.0, 0.0]
+    s = _open_play(env, left, owner=6)
+    idle = {a: jnp.int32(IDLE) for a in env.agents}
+    moved = step(jax.random.PRNGKey(0), s, idle | {"player_6": jnp.int32(RIGHT)})[1]
+    run = float(moved.pos[6, 0])
+    dribbling = s.replace(dribble=s.dribble.at[6].set(True))
+    slow = float(
+        step(jax.random.PRNGKey(0), dribbling, idle | {"player_6": jnp.int32(RIGHT)})[1].pos[6, 0]
+    )
+    assert 0 < slow < run
+    assert int(moved.owner) == 6  # the ball goes with the carrier
+    # a right-team carrier 0.04 from left player 3: out of standing-tackle reach, so only
+    # sliding can win the ball
+    right = FAR_RIGHT.at[5].set(jnp.array([0.04, 0.0]))
+    left[3] = [0.0, 0.0]
+    carried = _open_play(env, left, owner=16, facing=(-1.0, 0.0), right=right)
+    won = {}
+    for act in (IDLE, SLIDING):
+        acts = idle | {"player_3": jnp.int32(act)}
+        won[act] = np.mean(
+            [int(step(jax.random.PRNGKey(k), carried, acts)[1].owner) == 3 for k in range(20)]
+        )
+    assert won[IDLE] == 0 and won[SLIDING] > 0.3, won
+
+
+def test_episode_stats_reach_the_array_env_at_the_end():
+    aenv = envs.make_array_env(ELEVEN, max_steps=3)
+    obs, state = aenv.reset(jax.random.PRNGKey(0))
+    step = jax.jit(aenv.step)
+    for t in range(3):
+        res = step(jax.random.PRNGKey(t), state, jnp.zeros((aenv.num_agents,), jnp.int32))
+        state = res.state
+    assert bool(res.done)
+    stats = episode_stats(res.terminal_env_state)
+    assert float(res.terminal_env_state.stats[7]) == 3.0  # steps
+    assert bool(stats["win"]) == bool(res.info["won"]) and bool(stats["draw"])

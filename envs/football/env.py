@@ -17,17 +17,21 @@ Rules (all on one flat 2D pitch, ``dt`` = 0.1 s):
 * Passes go to the best-placed teammate in the kicker's facing direction (score: the
   cosine to the facing direction minus a penalty for distance from the pass type's
   preferred length and for nearby opponents). The ball is kicked at the receiver's
-  position with a speed that makes it arrive there: short passes up to ``0.45``, long
-  and high ones up to ``0.95``; a high pass flies (cannot be picked up, height reported
-  as ``AIR_HEIGHT``) for the first 70 % of its travel time.
+  position with a speed that makes it roll there (and about 0.05 beyond): short passes
+  reach at most ``0.45``, long and high ones ``0.95``; a high pass flies (cannot be
+  picked up, height reported as ``AIR_HEIGHT``) for ``ceil(0.7 * length / initial
+  speed)`` steps.
 * A shot aims at the opponent goal's centre with Gaussian noise on the aimed y whose
   standard deviation grows with the square of the distance to goal.
 * Tackles: each opponent within ``TACKLE_RADIUS`` of the carrier wins the ball with
   probability ``TACKLE_PROB`` (scaled by its stat) per step; ``sliding`` reaches
   ``SLIDE_RADIUS`` and wins with ``SLIDE_PROB``. A won tackle cancels the carrier's
-  kick of that step.
+  kick of that step. A sliding player stands still for that step.
 * Goal: the free ball crosses x = +-1 with |y| < 0.044. Kick-off after a goal: everyone
-  back in formation, the ball at the centre spot owned by the conceding team.
+  back in formation, the ball at the centre spot owned by the conceding team, whose
+  opponents wait outside the centre circle.
+* Stochastic start (GRF's ``_stochastic``): reset moves every player but the one on the
+  ball by a uniform offset of up to ``RESET_JITTER`` per coordinate.
 
 Simplifications relative to GRF, stated here as the rules used:
 
@@ -36,7 +40,10 @@ Simplifications relative to GRF, stated here as the rules used:
   spot (throw-in: where it left, inside the line; goal kick: (+-0.9, 0); corner: the
   nearest corner) and given to the other team's nearest player (its keeper for a goal
   kick), who is moved onto the ball. Offside, fouls, cards, free kicks and penalties are
-  not modelled; the ball has no height except for the high pass' flight flag.
+  not modelled; the ball has no height except for the high pass' flight flag (the
+  observed ball z is ``AIR_HEIGHT`` while it flies, its z direction always 0). Players
+  do not collide. Player directions in the observation are the last step's
+  displacements.
 * Kick actions (passes, shot) by a player without the ball do nothing (GRF buffers them
   until the player receives the ball).
 * The reaction delay ``(1 - d) * 100 ms`` rounds to whole steps (0 or 1 step): with a

@@ -88,3 +88,27 @@ def make_array_env(name: str, **kwargs) -> ArrayEnv:
         return_reduction=s.return_reduction,
         world_state_reads_obs=s.world_state_reads_obs,
     )
+
+
+# ----- Google Research Football scenarios (envs/football) ----------------------------------
+# Registered here, after the registry's definitions, so importing ``envs`` registers them.
+def _register_football() -> None:
+    import functools
+
+    from envs.football import SCENARIOS, Football
+
+    for scenario in SCENARIOS:
+        register(
+            EnvSpec(
+                f"football:{scenario}",
+                functools.partial(Football, scenario),
+                f"GRF-like 2D football, scenario {scenario}: simple115_v2 observations, "
+                "19 actions, scoring reward (kwarg rewards='scoring,checkpoints')",
+                won_fn=lambda env, s: env.won(s),
+                world_state_fn=lambda env, s, obs: env.world_state(s),
+                world_state_reads_obs=False,
+            )
+        )
+
+
+_register_football()

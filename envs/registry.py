@@ -95,6 +95,7 @@ def make_array_env(name: str, **kwargs) -> ArrayEnv:
 def _register_football() -> None:
     import functools
 
+    from envs.capabilities import Renderer, provides
     from envs.football import SCENARIOS, Football
 
     for scenario in SCENARIOS:
@@ -107,6 +108,7 @@ def _register_football() -> None:
                 won_fn=lambda env, s: env.won(s),
                 world_state_fn=lambda env, s, obs: env.world_state(s),
                 world_state_reads_obs=False,
+                capabilities=provides(Renderer),
             )
         )
 

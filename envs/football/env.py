@@ -677,6 +677,12 @@ class Football(MultiAgentEnv):
     def won(self, state: FootballState) -> jax.Array:
         return state.score[0] > state.score[1]
 
+    def render(self, state: FootballState) -> jax.Array:
+        """``[224, 224, 3]`` uint8 top view of ``state`` (``envs.football.render``)."""
+        from envs.football.render import render
+
+        return render(state)
+
 
 def episode_stats(state: FootballState) -> dict:
     """Named episode statistics of a (terminal) state, for the paper's radar charts."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import math
 import os
 import time
@@ -35,6 +36,9 @@ from .weights import (
     load_weights,
     unflatten,
 )
+
+# XLA's default CPU/GPU backend optimisation level (LLVM -O3)
+FULL_OPTIMISATION = {"xla_backend_optimization_level": 3}
 
 
 def _next_pow2(n: int, lo: int = 1) -> int:
@@ -97,11 +101,15 @@ class GemmaBackend(Backend):
         if self.tokenizer.end_of_turn_id is not None:
             self._stop_ids.add(self.tokenizer.end_of_turn_id)
         self.trace_counts: collections.Counter[str] = collections.Counter()
-        self._prefill = jax.jit(self._prefill_impl)
-        self._decode = jax.jit(self._decode_impl, static_argnames=("steps",))
-        self._next_logprobs = jax.jit(self._next_logprobs_impl)
-        self._seq_logprobs = jax.jit(self._seq_logprobs_impl)
-        self._last_logits = jax.jit(self._last_logits_impl)
+        # The model's forward passes are compute-bound: compile them at XLA's full
+        # optimisation whatever a process's XLA_FLAGS ask for (a process that compiles many
+        # small programs, the test suite for one, may lower the level for everything else).
+        jit = functools.partial(jax.jit, compiler_options=FULL_OPTIMISATION)
+        self._prefill = jit(self._prefill_impl)
+        self._decode = jit(self._decode_impl, static_argnames=("steps",))
+        self._next_logprobs = jit(self._next_logprobs_impl)
+        self._seq_logprobs = jit(self._seq_logprobs_impl)
+        self._last_logits = jit(self._last_logits_impl)
 
     # ----- jitted pieces ------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ import json
 import os
 import pathlib
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
+from flax.traverse_util import unflatten_dict
 
 from .config import CLIPConfig, CLIPWeightsError
 from .model import Params, param_shapes
@@ -95,17 +95,6 @@ def _flat_shapes(tree: Params, prefix: str = "") -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _unflatten(arrays: dict[str, Any]) -> Params:
-    tree: dict[str, Any] = {}
-    for key, value in arrays.items():
-        node = tree
-        *parents, leaf = key.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return tree
-
-
 class Builder:
     """Collects converted tensors under our flat ``a/b/c`` names, checking each shape."""
 
@@ -146,7 +135,7 @@ class Builder:
                 "CLIP checkpoint has tensors the config does not use (a config with fewer "
                 f"layers or another architecture?): {unknown[:5]}"
             )
-        return _unflatten(self.out)
+        return unflatten_dict(self.out, sep="/")
 
 
 def params_from_hf(cfg: CLIPConfig, tensors: dict[str, np.ndarray]) -> Params:

@@ -24,6 +24,7 @@ from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 
 WonFn = Callable[[MultiAgentEnv, Any], jax.Array]
 WorldStateFn = Callable[[MultiAgentEnv, Any, jax.Array], jax.Array]
+StatsFn = Callable[[MultiAgentEnv, Any], dict]
 
 
 @struct.dataclass
@@ -48,7 +49,9 @@ class StepResult(NamedTuple):
     avail_actions: jax.Array  # [N, A] bool, for the returned ``state``
     terminal_obs: jax.Array  # [N, D]
     terminal_env_state: Any
-    info: dict  # episode_return [N], episode_length [], won [] (valid where done)
+    # episode_return [N], episode_length [], won [], stats {name: []} where the env has
+    # stats (valid where done)
+    info: dict
 
 
 def _strong_types(tree):
@@ -75,6 +78,9 @@ class ArrayEnv:
     Args:
         env: any jaxmarl ``MultiAgentEnv`` with discrete actions.
         won_fn: ``(env, env_state) -> bool``; where given, episodes report a win flag.
+        stats_fn: ``(env, env_state) -> {name: scalar}`` of a terminal state; where given,
+            every ended episode reports these statistics (``info['stats']``), and the
+            learners log their means as ``stat_<name>``.
         world_state_fn: ``(env, env_state, obs[N, D]) -> [S]`` centralized state for
             MAPPO critics and QMIX mixers. Default: all agents' observations concatenated.
         world_state_reads_obs: whether ``world_state_fn`` reads ``obs`` (False for one
@@ -94,6 +100,7 @@ class ArrayEnv:
         agent_groups: tuple[int, ...] | None = None,
         return_reduction: str = "mean",
         world_state_reads_obs: bool = True,
+        stats_fn: StatsFn | None = None,
     ):
         if return_reduction not in ("mean", "sum"):
             raise ValueError(f"return_reduction must be 'mean' or 'sum', got {return_reduction!r}")
@@ -115,6 +122,7 @@ class ArrayEnv:
         self._world_state_fn = world_state_fn
         self.world_state_reads_obs = world_state_fn is None or bool(world_state_reads_obs)
         self.has_won = won_fn is not None
+        self._stats_fn = stats_fn
         groups = agent_groups if agent_groups is not None else (0,) * self.num_agents
         if len(groups) != self.num_agents:
             raise ValueError(f"agent_groups has {len(groups)} entries for {self.num_agents} agents")
@@ -207,6 +215,15 @@ class ArrayEnv:
             return jnp.zeros((), bool)
         return jnp.asarray(self._won_fn(self.env, env_state), bool)
 
+    def episode_stats(self, env_state) -> dict:
+        """The env's named statistics of a (terminal) env state, as float32 scalars;
+        ``{}`` where the env declares none."""
+        if self._stats_fn is None:
+            return {}
+        return {
+            k: jnp.asarray(v, jnp.float32) for k, v in self._stats_fn(self.env, env_state).items()
+        }
+
     def step(self, key: chex.PRNGKey, state: ArrayEnvState, actions: jax.Array) -> StepResult:
         """Step with ``actions`` [N] int, resetting where the episode ends."""
         key_step, key_reset = jax.random.split(key)
@@ -231,6 +248,8 @@ class ArrayEnv:
             "episode_length": episode_length,
             "won": self.won(env_state),
         }
+        if self._stats_fn is not None:
+            info["stats"] = self.episode_stats(env_state)
         next_state = ArrayEnvState(
             env_state=next_env_state,
             episode_return=jnp.where(done, 0.0, episode_return),

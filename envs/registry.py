@@ -15,7 +15,7 @@ from typing import Any
 
 from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 
-from envs.array_env import ArrayEnv, WonFn, WorldStateFn
+from envs.array_env import ArrayEnv, StatsFn, WonFn, WorldStateFn
 from envs.capabilities import SPEC_NAME_ATTR, Capabilities
 
 
@@ -30,6 +30,8 @@ class EnvSpec:
     description: str
     default_kwargs: dict[str, Any] = field(default_factory=dict)
     won_fn: WonFn | None = None
+    # (env, terminal env state) -> {name: scalar}: episode statistics learners log
+    stats_fn: StatsFn | None = None
     world_state_fn: WorldStateFn | None = None
     world_state_reads_obs: bool = True  # see ArrayEnv
     # (env) -> group index per agent; default: one group
@@ -87,6 +89,7 @@ def make_array_env(name: str, **kwargs) -> ArrayEnv:
         agent_groups=groups,
         return_reduction=s.return_reduction,
         world_state_reads_obs=s.world_state_reads_obs,
+        stats_fn=s.stats_fn,
     )
 
 
@@ -97,6 +100,7 @@ def _register_football() -> None:
 
     from envs.capabilities import Renderer, provides
     from envs.football import SCENARIOS, Football
+    from envs.football.env import episode_stats
 
     for scenario in SCENARIOS:
         register(
@@ -106,6 +110,7 @@ def _register_football() -> None:
                 f"GRF-like 2D football, scenario {scenario}: simple115_v2 observations, "
                 "19 actions, scoring reward (kwarg rewards='scoring,checkpoints')",
                 won_fn=lambda env, s: env.won(s),
+                stats_fn=lambda env, s: episode_stats(s),
                 world_state_fn=lambda env, s, obs: env.world_state(s),
                 world_state_reads_obs=False,
                 capabilities=provides(Renderer),

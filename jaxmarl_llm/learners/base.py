@@ -169,7 +169,9 @@ def episode_metrics(
     """Mean over the episodes that ended in a rollout.
 
     ``done`` [T, E]; ``info['episode_return']`` [T, E, N] (per agent, env reward);
-    ``info['episode_length']`` [T, E]; ``info['won']`` [T, E]. The episode return is
+    ``info['episode_length']`` [T, E]; ``info['won']`` [T, E]; the env's episode
+    statistics ``info['stats']`` {name: [T, E]} where it has them (logged as
+    ``stat_<name>``). The episode return is
     the mean (or, with ``return_reduction='sum'``, the sum) over agents of each
     agent's return; ``ArrayEnv.return_reduction`` says which convention the env's
     published numbers use. Metrics are NaN when no episode ended.
@@ -187,4 +189,6 @@ def episode_metrics(
     }
     if has_won:
         out["win_rate"] = nan_if_none((info["won"].astype(jnp.float32) * d).sum() / safe)
+    for name, value in info.get("stats", {}).items():
+        out[f"stat_{name}"] = nan_if_none((value * d).sum() / safe)
     return out

@@ -48,6 +48,7 @@ class _Episodes:
     episode_return: jax.Array  # [E] of the first episode, reduced over agents
     length: jax.Array  # [E]
     won: jax.Array  # [E]
+    stats: dict  # {name: [E]} the env's episode statistics ({} where it has none)
     t: jax.Array  # [] steps taken
     key: jax.Array
 
@@ -59,6 +60,7 @@ class EpisodeEnds(NamedTuple):
     length: jax.Array  # [E]
     won: jax.Array  # [E] bool (False where the env reports no wins)
     finished: jax.Array  # [E] bool: the episode ended within ``max_steps`` steps
+    stats: dict | None = None  # {name: [E]} the env's episode statistics, where it has them
 
 
 def make_play_episodes(
@@ -85,6 +87,13 @@ def make_play_episodes(
             episode_return=jnp.zeros((E,), jnp.float32),
             length=jnp.zeros((E,), jnp.int32),
             won=jnp.zeros((E,), bool),
+            stats={
+                k: jnp.zeros((E,), jnp.float32)
+                for k in jax.eval_shape(
+                    lambda s: env.episode_stats(jax.tree.map(lambda x: x[0], s)),
+                    env_state.env_state,
+                )
+            },
             t=jnp.zeros((), jnp.int32),
             key=r_steps,
         )
@@ -109,12 +118,13 @@ def make_play_episodes(
                 ),
                 length=jnp.where(ends, res.info["episode_length"], c.length),
                 won=jnp.where(ends, res.info["won"], c.won),
+                stats={k: jnp.where(ends, res.info["stats"][k], v) for k, v in c.stats.items()},
                 t=c.t + 1,
                 key=key,
             )
 
         end = jax.lax.while_loop(running, step, start)
-        return EpisodeEnds(end.episode_return, end.length, end.won, end.finished)
+        return EpisodeEnds(end.episode_return, end.length, end.won, end.finished, end.stats)
 
     return play
 
@@ -131,6 +141,8 @@ def summarize_episodes(env: ArrayEnv, ends: EpisodeEnds) -> dict:
     }
     if env.has_won:
         metrics["eval_win_rate"] = mean(ends.won.astype(jnp.float32))
+    for name, value in (ends.stats or {}).items():
+        metrics[f"eval_stat_{name}"] = mean(value)
     return metrics
 
 

@@ -179,3 +179,28 @@ def test_bad_construction():
         ArrayEnv(Tiny(), agent_groups=(0, 1, 1))
     grouped = ArrayEnv(Tiny(), agent_groups=(0, 1))
     assert grouped.num_groups == 2
+
+
+def test_episode_stats_reach_the_learners_metrics():
+    """An env's ``stats_fn`` is read off the terminal state and averaged over the episodes
+    that ended as ``stat_<name>``; envs without one log no ``stat_`` keys."""
+    from jaxmarl_llm.learners.base import episode_metrics
+
+    env = ArrayEnv(Tiny(), stats_fn=lambda e, s: {"final_step": s.step, "start": s.start})
+    plain = ArrayEnv(Tiny())
+    _, state = env.reset(jax.random.PRNGKey(0))
+    start = float(state.env_state.start)
+    acts = jnp.array([0, 0], jnp.int32)
+    results = []
+    for t in range(HORIZON + 1):
+        r = jax.jit(env.step)(jax.random.PRNGKey(t), state, acts)
+        results.append(r)
+        state = r.state
+    done = jnp.stack([r.done for r in results])[:, None]  # [T, E=1]
+    info = jax.tree.map(lambda *x: jnp.stack(x)[:, None], *[r.info for r in results])
+    assert info["stats"]["final_step"].dtype == jnp.float32
+    m = episode_metrics(done, info, has_won=False)
+    np.testing.assert_allclose(m["stat_final_step"], HORIZON)  # only the ended episode
+    np.testing.assert_allclose(m["stat_start"], start, rtol=1e-6)
+    assert plain.episode_stats(state.env_state) == {}
+    assert "stats" not in plain.step(jax.random.PRNGKey(0), state, acts).info

@@ -307,3 +307,6 @@ def test_episode_stats_reach_the_array_env_at_the_end():
     stats = episode_stats(res.terminal_env_state)
     assert float(res.terminal_env_state.stats[7]) == 3.0  # steps
     assert bool(stats["win"]) == bool(res.info["won"]) and bool(stats["draw"])
+    # the registry's stats_fn puts the same statistics in the step info for the learners
+    assert set(res.info["stats"]) == set(stats)
+    np.testing.assert_allclose(res.info["stats"]["possession"], stats["possession"])

@@ -52,6 +52,22 @@ class TestKnownAnswers(chex.TestCase):
         assert int(m["eval_episodes"]) == 16
 
     @chex.variants(with_jit=True, without_jit=True)
+    def test_episode_stats_are_averaged_over_the_first_episodes(self):
+        race = RaceLine(num_agents=2, length=6, max_steps=12)
+        env = ArrayEnv(
+            race,
+            won_fn=lambda e, s: e.won(s),
+            stats_fn=lambda e, s: {"last_step": s.step, "leftmost": s.pos.min()},
+        )
+        key = jax.random.PRNGKey(3)
+        m = self.variant(make_evaluate(env, constant_policy(RIGHT), 16, 100))(None, key)
+        starts = race_starts(key, 16, race)
+        np.testing.assert_allclose(m["eval_stat_last_step"], m["eval_length"], rtol=1e-6)
+        # the terminal state has every agent at the end, whatever its start
+        np.testing.assert_allclose(m["eval_stat_leftmost"], race.length - 1)
+        assert starts.min() < race.length - 1
+
+    @chex.variants(with_jit=True, without_jit=True)
     def test_standing_still_times_out_without_reward(self):
         env = ArrayEnv(RaceLine(max_steps=12), won_fn=lambda e, s: e.won(s))
         m = self.variant(make_evaluate(env, constant_policy(STAY), 8, 100))(

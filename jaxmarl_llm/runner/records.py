@@ -17,6 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from jaxmarl_llm.errors import ConfigError
 
 PER_SEED_METRICS = ("episode_return", "win_rate", "eval_return", "eval_win_rate")
+# and every greedy evaluation's episode statistic (``eval_stat_<name>``), for the spread
+# over seeds of the radar charts
+PER_SEED_PREFIXES = ("eval_stat_",)
 
 
 class MetricsWriter:
@@ -65,7 +68,7 @@ def _mean_and_seeds(row: dict, key: str, values) -> None:
     ``row[key/seedS]`` for the metrics logged per seed."""
     col = np.asarray(values, float)
     row[key] = float(np.nanmean(col)) if not np.all(np.isnan(col)) else float("nan")
-    if key in PER_SEED_METRICS:
+    if key in PER_SEED_METRICS or key.startswith(PER_SEED_PREFIXES):
         for s, x in enumerate(col):
             row[f"{key}/seed{s}"] = float(x)
 

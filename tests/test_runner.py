@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from jaxmarl_llm.config import ConfigError, build_config, to_yaml
 from jaxmarl_llm.runner import finished_summary, run_experiment
+from jaxmarl_llm.runner.records import eval_row
 
 TINY = {
     "ippo": [
@@ -293,3 +294,12 @@ def test_a_checkpoint_of_another_code_version_is_refused_with_the_differing_arra
         restored = restore_checkpoint(mgr, 4, abstract(saved), tmp_path)  # left intact
     for a, b in zip(jax.tree.leaves(saved), jax.tree.leaves(restored), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_evaluation_statistics_are_written_per_seed():
+    row = eval_row(
+        {"eval_stat_shots": np.array([1.0, 3.0]), "eval_length": np.array([4.0, np.nan])}, 2, 10
+    )
+    assert row["eval_stat_shots"] == 2.0
+    assert (row["eval_stat_shots/seed0"], row["eval_stat_shots/seed1"]) == (1.0, 3.0)
+    assert row["eval_length"] == 4.0 and "eval_length/seed0" not in row

@@ -204,14 +204,3 @@ def test_episode_stats_reach_the_learners_metrics():
     np.testing.assert_allclose(m["stat_start"], start, rtol=1e-6)
     assert plain.episode_stats(state.env_state) == {}
     assert "stats" not in plain.step(jax.random.PRNGKey(0), state, acts).info
-
-
-def test_evaluation_statistics_are_written_per_seed():
-    from jaxmarl_llm.runner.records import eval_row
-
-    row = eval_row(
-        {"eval_stat_shots": np.array([1.0, 3.0]), "eval_length": np.array([4.0, np.nan])}, 2, 10
-    )
-    assert row["eval_stat_shots"] == 2.0
-    assert (row["eval_stat_shots/seed0"], row["eval_stat_shots/seed1"]) == (1.0, 3.0)
-    assert row["eval_length"] == 4.0 and "eval_length/seed0" not in row

@@ -1,0 +1,226 @@
+"""V-GEPF's experiments on the JAX football: win rates (Fig. 3, 12), radar statistics
+(Fig. 4, 7) and the rho sweep (Fig. 11).
+
+    python experiments/vgepf_figures.py counterattack  # V-GEPF vs MAPPO, IPPO, HAPPO, MAPPO-xT
+    python experiments/vgepf_figures.py skills         # one fixed skill per run (Fig. 7)
+    python experiments/vgepf_figures.py rho            # rho = 1, 0.5, 0.1 (Fig. 11)
+    python experiments/vgepf_figures.py eleven_hard    # 11 vs 11 hard, V-GEPF vs the baselines
+
+Each variant is one ``run.py`` run in ``runs/vgepf/<figure>/<variant>/``; a variant whose
+config has ``compare_with`` trains those baselines with the same seeds and budget into
+its ``compare/`` folder. A finished run is reused (delete its folder to rerun). Extra
+``key=value`` arguments go to every run (e.g. ``algo.total_timesteps=500000``).
+
+Reported per method: the greedy evaluation's win rate and episode statistics (mean over
+the evaluations in the last ``TAIL`` of training, then over seeds, with the seeds'
+spread), the exploring policy's final win rate, and a radar chart of the statistics the
+paper's Fig. 4 and 7 show, each axis scaled by the largest method's value. Results:
+``experiments/results/vgepf/<figure>.{json,md}``, ``<figure>_radar.png`` and the runs'
+``comparison.png`` curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "experiments" / "results" / "vgepf"
+TAIL = 0.2  # fraction of training whose greedy evaluations make a method's final numbers
+
+# the radar's axes (the paper's Fig. 4 / 7): episode statistics of greedy play
+RADAR = ("goals_scored", "shots", "shot_success", "passes", "pass_success", "possession", "spread")
+
+# figure -> {variant label: (config, overrides)}; a config's compare_with runs beside it
+FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
+    "counterattack": {"V-GEPF": ("vgepf_counterattack_easy", [])},
+    "skills": {
+        name: (
+            "vgepf_counterattack_easy",
+            [
+                f"shaping.kwargs.skill={name}",
+                "shaping.kwargs.selection.selector=none",
+                "compare_with=[]",
+            ],
+        )  # fmt: skip
+        for name in (
+            "encourage attack",
+            "encourage defense",
+            "encourage dribbling",
+            "correct formation",
+        )  # fmt: skip
+    },
+    "rho": {
+        f"rho={rho}": ("vgepf_counterattack_easy", [f"shaping.coef={rho}", "compare_with=[]"])
+        for rho in (1.0, 0.1)
+    },
+    "eleven_hard": {"V-GEPF": ("vgepf_11v11_hard", [])},
+}
+# figures whose adaptive V-GEPF and MAPPO rows are those of the counterattack figure (the
+# same config, seeds and budget), not trained again
+SHARED_ROWS = {"skills": ("V-GEPF", "MAPPO"), "rho": ("V-GEPF",)}
+# the statistic each fixed skill should raise, as the paper reads Fig. 7
+SKILL_TARGETS = {
+    "encourage attack": ("shots", "shot_success"),
+    "encourage defense": ("goals_conceded",),
+    "encourage dribbling": ("passes", "pass_success"),
+    "correct formation": ("spread",),
+}
+
+
+def tail_means(run_dir: Path, metrics: list[str]) -> dict[str, list[float]]:
+    """Per seed: the mean of each greedy-evaluation metric over the evaluations in the
+    last ``TAIL`` of the run's env steps."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    header, data = load_metrics(run_dir / "eval.csv")
+    steps = data["env_steps"]
+    rows = steps >= steps[-1] * (1 - TAIL)
+    out = {}
+    for metric in metrics:
+        cols = seed_columns(header, metric)
+        if not cols:
+            continue
+        values = np.stack([data[c][rows] for c in cols], 1)
+        out[metric] = [float(v) for v in np.nanmean(values, 0)]
+    return out
+
+
+def method_row(label: str, run_dir: Path) -> dict:
+    import numpy as np
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    stats = ["eval_win_rate", *(f"eval_stat_{s}" for s in (*RADAR, "goals_conceded"))]
+    per_seed = tail_means(run_dir, stats)
+    return {
+        "method": label,
+        "run": str(run_dir.relative_to(ROOT)) if run_dir.is_relative_to(ROOT) else str(run_dir),
+        "seeds": int(summary["num_seeds"]),
+        "env_steps": int(summary["env_steps"]),
+        "wall_s": summary["wall_s"],
+        "env_steps_per_s": summary.get("env_steps_per_s"),
+        "train_win_rate": summary.get("final_win_rate_mean"),
+        "eval": {
+            k.removeprefix("eval_stat_"): {
+                "mean": float(np.mean(v)),
+                "std": float(np.std(v)),
+                "per_seed": v,
+            }
+            for k, v in per_seed.items()
+        },
+    }
+
+
+def radar(rows: list[dict], out: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    axes = [a for a in RADAR if all(a in r["eval"] for r in rows)]
+    values = np.array([[r["eval"][a]["mean"] for a in axes] for r in rows])
+    scale = np.where(values.max(0) > 0, values.max(0), 1.0)
+    angles = np.linspace(0, 2 * np.pi, len(axes), endpoint=False)
+    fig, ax = plt.subplots(figsize=(5.5, 5.5), dpi=120, subplot_kw={"polar": True})
+    for r, v in zip(rows, values / scale, strict=True):
+        ax.plot(np.append(angles, angles[0]), np.append(v, v[0]), label=r["method"])
+        ax.fill(np.append(angles, angles[0]), np.append(v, v[0]), alpha=0.1)
+    ax.set_xticks(angles)
+    ax.set_xticklabels([a.replace("_", " ") for a in axes], fontsize="small")
+    ax.set_yticks([0.25, 0.5, 0.75, 1.0])
+    ax.set_yticklabels([])
+    ax.set_title(title, fontsize="medium")
+    ax.legend(loc="upper right", bbox_to_anchor=(1.3, 1.1), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def markdown(rows: list[dict]) -> str:
+    def cell(r, key):
+        s = r["eval"].get(key)
+        return "" if s is None else f"{s['mean']:.2f} ± {s['std']:.2f}"
+
+    keys = ["win_rate", *RADAR, "goals_conceded"]
+    head = "| method | " + " | ".join(k.replace("_", " ") for k in keys)
+    head += " | train win | seeds | env steps | wall s |\n|---" + "|---" * (len(keys) + 4) + "|\n"
+    train = lambda r: "" if r["train_win_rate"] is None else f"{r['train_win_rate']:.3f}"
+    lines = [
+        f"| {r['method']} | "
+        + " | ".join(cell(r, k) for k in keys)
+        + f" | {train(r)} | {r['seeds']} | {r['env_steps']:,} | {r['wall_s']:.0f} |"
+        for r in rows
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
+def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
+    from omegaconf import OmegaConf
+
+    from jaxmarl_llm.runner import run_comparisons, run_into
+
+    rows = []
+    for label, (config, extra) in FIGURES[figure].items():
+        out = ROOT / "runs" / "vgepf" / figure / label.replace(" ", "_").replace("=", "")
+        run_into(config, [*extra, f"progress={not quiet}", *overrides], out, f"[{figure}] {label}")
+        cfg = OmegaConf.load(out / "config.yaml")
+        run_comparisons(cfg, out)
+        rows.append(method_row(label, out))
+        for other in cfg.compare_with:
+            name = Path(other).stem
+            rows.append(method_row(baseline_label(name), out / "compare" / name))
+        dest = RESULTS / figure / out.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("comparison.png", "win_curve.png", "summary.json", "config.yaml"):
+            if (out / name).exists():
+                shutil.copy(out / name, dest / name)
+        for record in ("vgepf/selections.json", "feedback.json"):
+            if (out / record).exists():
+                shutil.copy(out / record, dest / Path(record).name)
+    shared = RESULTS / "counterattack.json"
+    if figure in SHARED_ROWS and shared.exists():
+        kept = [r for r in json.loads(shared.read_text()) if r["method"] in SHARED_ROWS[figure]]
+        for r in kept:
+            if r["method"] == "V-GEPF" and figure == "rho":
+                r["method"] = "rho=0.5 (V-GEPF)"
+        rows = kept + rows
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
+    radar(rows, RESULTS / f"{figure}_radar.png", f"greedy play, {figure}")
+    table = markdown(rows)
+    (RESULTS / f"{figure}.md").write_text(table)
+    print(table)
+    return rows
+
+
+def baseline_label(config_name: str) -> str:
+    """``mappo_xt_counterattack_easy`` -> ``MAPPO-xT``; ``happo_football_...`` -> ``HAPPO``."""
+    head = config_name.split("_football")[0].split("_counterattack")[0].split("_11v11")[0]
+    return "-".join(p if p == "xT" else p.upper() for p in head.replace("xt", "xT").split("_"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("figure", choices=sorted(FIGURES))
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    args = p.parse_intermixed_args(argv)
+    logging.basicConfig(format="%(message)s", stream=sys.stdout)
+    logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
+    run_figure(args.figure, args.overrides, args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -65,6 +66,9 @@ class Request:
     system: str = ""
     params: SamplingParams = SamplingParams()
     payload: Mapping[str, Any] | None = None
+    # PNG files sent with the prompt to backends that read images (the HTTP backend's
+    # ``image_url`` parts); text-only backends ignore them
+    images: tuple[bytes, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,13 +111,16 @@ class Backend(abc.ABC):
         Language models answer from the text and the sampling parameters only; scripted
         teachers override this to add the payload they read.
         """
-        return {
+        identity = {
             "kind": self.kind,
             "model": self.model,
             "system": request.system,
             "prompt": request.prompt,
             "params": request.params.as_dict(),
         }
+        if request.images:  # only then, so text queries keep the keys they always had
+            identity["images"] = [hashlib.sha256(png).hexdigest() for png in request.images]
+        return identity
 
     def score_identity(self, prompt: str, candidates: Sequence[str]) -> dict[str, Any]:
         return {

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import email.utils
 import os
@@ -447,7 +448,7 @@ class OpenAICompatibleBackend(Backend):
         messages = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
-        messages.append({"role": "user", "content": request.prompt})
+        messages.append({"role": "user", "content": _user_content(request)})
         params = request.params
         body: dict[str, Any] = {
             "model": self.model,
@@ -550,6 +551,18 @@ class OpenAICompatibleBackend(Backend):
     def _auth_headers(self) -> dict[str, str]:
         key = self._api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _user_content(request: Request) -> str | list[dict[str, Any]]:
+    """The user turn: the prompt alone, or with images the text part followed by one
+    ``image_url`` part per PNG (base64 data URL), as OpenAI's vision chat API takes it."""
+    if not request.images:
+        return request.prompt
+    parts: list[dict[str, Any]] = [{"type": "text", "text": request.prompt}]
+    for png in request.images:
+        url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def _candidate_logprob(choice: Mapping[str, Any], prompt: str, full: str) -> float:

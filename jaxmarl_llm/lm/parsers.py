@@ -224,3 +224,20 @@ def parse_agent_messages(text: str, num_agents: int) -> list[str]:
     if missing:
         raise ParseError("agent_messages", f"no message for agents {missing}", text)
     return messages  # type: ignore[return-value]
+
+
+_NEXT_OPTION = re.compile(r"next[\s_\-]*(?:skill|option)\W*?:[\s*]*(.+?)\s*$", re.I | re.M)
+
+
+def parse_next_option(text: str, options: Sequence[str]) -> int:
+    """Index of the option named after an answer's last ``Next Skill:`` line (V-GEPF's
+    appendix B.3 answer form: an analysis that may mention other options, then the
+    choice; case, punctuation and markdown ignored), else of the one option the whole
+    answer names. Raises ``ParseError`` when that is not exactly one option."""
+    found = _NEXT_OPTION.findall(text)
+    tail = found[-1] if found else text
+    try:
+        return parse_option(tail, options)
+    except ParseError as e:
+        where = "after 'Next Skill:'" if found else "(no 'Next Skill:' line)"
+        raise ParseError("skill_choice", f"{e.reason} {where}", text) from None

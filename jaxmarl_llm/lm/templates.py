@@ -29,7 +29,7 @@ ANSWER_FORMS = {
         functools.partial(parsers.parse_python_block, required_function="compute_reward"),
         "source of planning_function and compute_reward",
     ),
-    "vgepf_skill_choice": (parsers.parse_option, "index into the skill pool"),
+    "vgepf_skill_choice": (parsers.parse_next_option, "index into the skill pool"),
     "verco_message": (parsers.parse_agent_messages, "one message per agent"),
 }
 

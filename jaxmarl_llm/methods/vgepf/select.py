@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
 from jaxmarl_llm.lm.labeling import LabelingPolicy, retry_request
-from jaxmarl_llm.lm.parsers import ParseError, parse_option
+from jaxmarl_llm.lm.parsers import ParseError, parse_next_option
 from jaxmarl_llm.lm.templates import render
 from jaxmarl_llm.methods.vgepf.skills import SKILL_NAMES, SKILLS, skill
 
@@ -89,20 +88,9 @@ class Selector(Protocol):
     def select(self, records: Records, frames: Sequence[bytes], last_skill: str) -> SkillChoice: ...
 
 
-_NEXT_SKILL = re.compile(r"next[\s_\-]*skill\W*?:[\s*]*(.+?)\s*$", re.I | re.M)
-
-
 def parse_skill_choice(text: str) -> str:
-    """The skill an answer names: what follows its last ``Next Skill:`` (case,
-    punctuation and markdown ignored), else the one skill the whole answer names.
-    Raises ``ParseError`` when that is not exactly one skill of the pool."""
-    found = _NEXT_SKILL.findall(text)
-    tail = found[-1] if found else text
-    try:
-        return SKILL_NAMES[parse_option(tail, SKILL_NAMES)]
-    except ParseError as e:
-        where = "after 'Next Skill:'" if found else "(no 'Next Skill:' line)"
-        raise ParseError("skill_choice", f"{e.reason} {where}", text) from None
+    """The pool's skill an answer names (``lm.parsers.parse_next_option``)."""
+    return SKILL_NAMES[parse_next_option(text, SKILL_NAMES)]
 
 
 def _recent(xs: Sequence[float]) -> float:

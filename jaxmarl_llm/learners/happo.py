@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import distrax
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
@@ -127,7 +126,9 @@ class HAPPO(PPO):
     and collection as MAPPO, with per-agent actors updated in sequence (``update``).
 
     ``params`` and ``opt_state`` are ``{"actor": ..., "critic": ...}``; the actors'
-    leaves (parameters and optimiser state) are stacked over agents on axis 0.
+    leaves (parameters and optimiser state) are stacked over agents on axis 0. PPO's
+    joint loss and gradient steps (``loss``, ``minibatch_grad``, ``sgd_step``) are not
+    used: the actors and the critic have losses and optimisers of their own.
     """
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
@@ -142,8 +143,8 @@ class HAPPO(PPO):
         self.carry_dim = 1
         self.net = self.actor = self.critic = None
 
-        hidden, activation = tuple(cfg.hidden_sizes), str(getattr(cfg.activation, "value",
-                                                                  cfg.activation))  # fmt: skip
+        hidden = tuple(cfg.hidden_sizes)
+        activation = str(getattr(cfg.activation, "value", cfg.activation))
         self.actor_net = MLP(hidden, env.num_actions, activation, 0.01)
         self.critic_net = MLP(hidden, 1, activation, 1.0)
 
@@ -232,7 +233,7 @@ class HAPPO(PPO):
         return self.cfg.vf_coef * v_loss, {"value_loss": v_loss}
 
     @staticmethod
-    def sgd_step(loss, tx, grad_norm_name: str):
+    def make_sgd_step(loss, tx, grad_norm_name: str):
         """``((params, opt_state), minibatch) -> ((params, opt_state), stats)``: one
         optimiser step of ``tx`` on ``loss(params, minibatch) -> (value, stats)``."""
 
@@ -248,10 +249,15 @@ class HAPPO(PPO):
     def fit(self, step, carry, batch, key):
         """``update_epochs`` epochs of ``num_minibatches`` applications of ``step`` to
         ``batch`` (leaves ``[T, E, ...]``), each epoch on a fresh shuffle of its
-        ``(t, e)`` cells: ``(carry, stats [epochs, minibatches])``."""
+        ``(t, e)`` cells: ``(carry, stats [epochs, minibatches])``. One minibatch is the
+        whole batch, unshuffled (every loss is a mean, so order cannot matter)."""
+        parts = self.cfg.num_minibatches
 
         def epoch(carry, k):
-            mbs = minibatches(k, batch, self.cfg.num_minibatches, sequences=False)
+            if parts == 1:
+                mbs = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:]), batch)
+            else:
+                mbs = minibatches(k, batch, parts, sequences=False)
             return jax.lax.scan(step, carry, mbs)
 
         return jax.lax.scan(epoch, carry, jax.random.split(key, self.cfg.update_epochs))
@@ -269,7 +275,7 @@ class HAPPO(PPO):
         the actors updated before it: ``((actor params, actor optimiser state,
         log-ratios [T, E, N] of every agent after its update), stats [N, epochs, mbs])``."""
         inputs = self.actor_inputs(traj.obs)
-        step = self.sgd_step(self.actor_loss, self.actor_tx, "grad_norm")
+        step = self.make_sgd_step(self.actor_loss, self.actor_tx, "grad_norm")
 
         def one_agent(carry, agent_and_key):
             params, opt_state, log_ratios = carry
@@ -308,7 +314,7 @@ class HAPPO(PPO):
             s.params["actor"], s.opt_state["actor"], traj, actor_adv, order, r_actors
         )
         critic_batch = Batch(rollout=traj, advantages=adv, targets=targets, carries=None)
-        critic_step = self.sgd_step(self.critic_loss, self.critic_tx, "critic_grad_norm")
+        critic_step = self.make_sgd_step(self.critic_loss, self.critic_tx, "critic_grad_norm")
         (critic_params, critic_opt), critic_stats = self.fit(
             critic_step, (s.params["critic"], s.opt_state["critic"]), critic_batch, r_critic
         )

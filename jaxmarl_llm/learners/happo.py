@@ -320,7 +320,7 @@ class HAPPO(PPO):
         )
 
         metrics = {k: v.mean() for k, v in {**actor_stats, **critic_stats}.items()}
-        metrics["factor_mean"] = sequential_factors(log_ratios, order).mean()
+        metrics["factor_std"] = sequential_factors(log_ratios, order).std()
         metrics.update(episode_metrics(done, info, self.env.has_won, self.env.return_reduction))
         metrics["reward_mean"] = traj.reward.mean()
         s = s.replace(

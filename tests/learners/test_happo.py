@@ -119,20 +119,31 @@ TABLE_1 = [
 ]  # fmt: skip
 
 
+def test_accepts_the_football_settings():
+    cfg = build_config({"env": {"name": "matrix:penalty"}, "algo": {"name": "happo"}}, TABLE_1)
+    assert cfg.algo.gamma == 0.995 and cfg.algo.update_epochs == 10
+    learner = happo.HAPPO(cfg.algo, envs.make_array_env("matrix:penalty"), identity_shaper())
+    params = jax.eval_shape(learner.init_params, jax.random.PRNGKey(0))
+    actor_kernels = [p["kernel"].shape for p in params["actor"]["params"].values()]
+    assert actor_kernels == [(2, 1, 256), (2, 256, 128), (2, 128, 64), (2, 64, 3)]
+    critic_kernels = [p["kernel"].shape for p in params["critic"]["params"].values()]
+    assert critic_kernels == [(2 + 2, 256), (256, 128), (128, 64), (64, 1)]  # state + id
+    with pytest.raises(ConfigError, match="'algo.critic_lr': -1.0; must be > 0"):
+        build_config({"algo": {"name": "happo"}}, ["algo.critic_lr=-1"])
+
+
 def test_runs_end_to_end_through_config_and_runner_with_shaping(tmp_path):
     raw = {
         "name": "h",
         "env": {"name": "matrix:penalty"},
-        "algo": {"name": "happo"},
+        "algo": {"name": "happo", "hidden_sizes": [8], "update_epochs": 2},
         "shaping": {"name": "constant", "kwargs": {"value": 0.5}},
     }
     cfg = build_config(
         raw,
-        [*TABLE_1, "algo.total_timesteps=64", "algo.num_envs=8", "algo.num_steps=2",
-         "num_seeds=2", "log_every=2", "progress=false", "plot=false",
-         f"out_dir={tmp_path / 'run'}"],
+        ["algo.total_timesteps=64", "algo.num_envs=8", "algo.num_steps=2", "num_seeds=2",
+         "log_every=2", "progress=false", "plot=false", f"out_dir={tmp_path / 'run'}"],
     )  # fmt: skip
-    assert list(cfg.algo.hidden_sizes) == [256, 128, 64] and cfg.algo.gamma == 0.995
     result = run_experiment(cfg)
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["algo"] == "happo" and summary["env_steps"] == 64
@@ -143,6 +154,4 @@ def test_runs_end_to_end_through_config_and_runner_with_shaping(tmp_path):
     assert len(rows) == 4
     for row in rows:  # every step ends an episode; each agent gets payoff / 2, plus 0.5
         assert float(row["reward_mean"]) == pytest.approx(float(row["episode_return"]) / 2 + 0.5)
-        assert np.isfinite(float(row["value_loss"])) and np.isfinite(float(row["factor_mean"]))
-    with pytest.raises(ConfigError, match="'algo.critic_lr': -1.0; must be > 0"):
-        build_config({"algo": {"name": "happo"}}, ["algo.critic_lr=-1"])
+        assert np.isfinite(float(row["value_loss"])) and np.isfinite(float(row["factor_std"]))

@@ -111,6 +111,36 @@ def test_the_update_order_is_redrawn_every_update_and_reproducible_from_the_seed
         np.testing.assert_array_equal(state.agent_order, orders[u])
 
 
+def test_an_agent_updated_second_trains_on_the_advantage_times_the_first_agents_ratio(
+    coordination_run,
+):
+    """Agent 1 after agent 0 ends where agent 1 first ends on advantages already multiplied
+    by agent 0's ratio (one minibatch: no shuffle, so the keys do not matter)."""
+    learner = coordination_run[0]
+
+    @jax.jit
+    def start(key):
+        state = learner.init(key)
+        after, _, traj, _, _ = learner.rollout(state)
+        return state, traj, learner.advantages(after, traj)[1]
+
+    state, traj, adv = start(jax.random.PRNGKey(3))
+    update_actors = jax.jit(learner.update_actors)
+    params, opt_state, key = state.params["actor"], state.opt_state["actor"], jax.random.PRNGKey(4)
+    (params_a, _, log_ratios_a), _ = update_actors(
+        params, opt_state, traj, adv, jnp.array([0, 1, 2]), key
+    )
+    first_ratio = jnp.exp(log_ratios_a[..., 0])
+    assert float(jnp.abs(first_ratio - 1.0).max()) > 1e-3  # agent 0's update moved it
+    adv_b = adv.at[..., 1].multiply(first_ratio)
+    (params_b, _, log_ratios_b), _ = update_actors(
+        params, opt_state, traj, adv_b, jnp.array([1, 0, 2]), key
+    )
+    agent_1 = lambda tree: jax.tree.map(lambda x: x[1], tree)
+    chex.assert_trees_all_close(agent_1(params_a), agent_1(params_b), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(log_ratios_a[..., 1], log_ratios_b[..., 1], rtol=1e-4, atol=1e-6)
+
+
 # the HARL football settings (Table 1) that the football configs will set
 TABLE_1 = [
     "algo.hidden_sizes=[256,128,64]", "algo.activation=relu", "algo.lr=5e-4",

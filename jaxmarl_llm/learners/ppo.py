@@ -356,6 +356,10 @@ class PPO(LearnerParts):
             "critic": self.critic.init(rc, h0, crit0[None, None], jnp.zeros((1, 1), bool)),
         }
 
+    def init_opt_state(self, params):
+        """The optimiser state of fresh ``params``."""
+        return self.tx.init(params)
+
     # ----- acting ----------------------------------------------------------------------
     def init(self, rng) -> PPOState:
         """Fresh parameters and optimiser, ``num_envs`` reset envs, zero carries."""
@@ -365,7 +369,7 @@ class PPO(LearnerParts):
         obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, E))
         return PPOState(
             params=params,
-            opt_state=self.tx.init(params),
+            opt_state=self.init_opt_state(params),
             env_state=env_state,
             obs=obs,
             avail=self.stored_avail(jax.vmap(self.env.avail_actions)(env_state)),

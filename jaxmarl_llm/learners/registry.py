@@ -57,6 +57,9 @@ ALGORITHMS: dict[str, AlgoSpec] = {
                  budget_annealed_lr=("lr_linear_decay",)),
         AlgoSpec("maddpg", "jaxmarl_llm.learners.maddpg", "MADDPGConfig",
                  "Gumbel-softmax actors, centralized critics"),
+        AlgoSpec("happo", "jaxmarl_llm.learners.happo", "HAPPOConfig", "PPO actor per "
+                 "agent, updated in a random sequence; critic on the world state",
+                 budget_annealed_lr=("anneal_lr",)),
     )
 }  # fmt: skip
 

@@ -25,15 +25,14 @@ def tc():
     return load_script("experiments/train_clip.py")
 
 
-@pytest.fixture(scope="module")
-def quick_run(tc, tmp_path_factory):
-    out = tmp_path_factory.mktemp("clip_quick")
+# the committed checkpoint (tests that need a trained directory use it: a quick run is
+# made once, in the one test below, so test workers do not each repeat it)
+COMMITTED = clip_model.default_clip_path()
+
+
+def test_quick_run_writes_a_loadable_clip_and_a_report(tc, tmp_path):
+    out = tmp_path / "clip_quick"
     report = tc.main(["--quick", "--out", str(out)])
-    return out, report
-
-
-def test_quick_run_writes_a_loadable_clip_and_a_report(quick_run, tc):
-    out, report = quick_run
     assert {p.name for p in out.iterdir()} >= {
         "config.json",
         "model.safetensors",
@@ -56,8 +55,8 @@ def test_quick_run_writes_a_loadable_clip_and_a_report(quick_run, tc):
     assert "| skill |" in (out / "README.md").read_text()
 
 
-def test_tokenizer_is_clip_layout_and_encodes_every_caption(quick_run, tc):
-    out, _ = quick_run
+def test_tokenizer_is_clip_layout_and_encodes_every_caption(tc):
+    out = COMMITTED
     vocab = json.loads((out / "vocab.json").read_text())
     ids = sorted(vocab.values())
     assert ids == list(range(len(vocab)))  # dense ids
@@ -73,9 +72,9 @@ def test_tokenizer_is_clip_layout_and_encodes_every_caption(quick_run, tc):
     assert tok.decode(tok.encode_one("zebra qx")) == "zebra qx"
 
 
-def test_tokenizer_matches_transformers(quick_run, tc):
+def test_tokenizer_matches_transformers(tc):
     transformers = pytest.importorskip("transformers")
-    out, _ = quick_run
+    out = COMMITTED
     theirs = transformers.CLIPTokenizer(str(out / "vocab.json"), str(out / "merges.txt"))
     ours = CLIPTokenizer.from_directory(out, context_length=32)
     for text in [*tc.CAPTIONS, "The keeper's long pass, 2 players!"]:
@@ -143,10 +142,10 @@ def test_committed_clip_loads_and_embeds_the_instructions():
     np.testing.assert_allclose(jnp.linalg.norm(emb, axis=-1), 1.0, rtol=1e-5)
 
 
-def test_loader_with_kwargs_path(quick_run):
-    out, _ = quick_run
-    clip = clip_model.load_vgepf_clip({"clip_weights": str(out)})
-    assert clip.config.image_size == 32
+def test_loader_with_kwargs_path(tmp_path):
+    shutil.copytree(COMMITTED, tmp_path / "mine")
+    clip = clip_model.load_vgepf_clip({"clip_weights": str(tmp_path / "mine")})
+    assert clip.path == tmp_path / "mine" and clip.config.image_size == 96
 
 
 def test_missing_default_says_how_to_train_it(monkeypatch, tmp_path):
@@ -157,24 +156,22 @@ def test_missing_default_says_how_to_train_it(monkeypatch, tmp_path):
         clip_model.load_vgepf_clip({"clip_weights": str(tmp_path / "elsewhere")})
 
 
-def test_shape_mismatch_with_config_json_is_a_clear_error(quick_run, tmp_path):
-    out, _ = quick_run
+def test_shape_mismatch_with_config_json_is_a_clear_error(tmp_path):
     d = tmp_path / "ckpt"
-    shutil.copytree(out, d)
+    shutil.copytree(COMMITTED, d)
     hf = json.loads((d / "config.json").read_text())
-    hf["vision_config"]["intermediate_size"] = 48  # the file's MLPs are 128 wide
+    hf["vision_config"]["intermediate_size"] = 48  # the file's MLPs are 512 wide
     (d / "config.json").write_text(json.dumps(hf))
     with pytest.raises(CLIPWeightsError) as e:
         clip_model.load_vgepf_clip({"clip_weights": str(d)})
     msg = str(e.value)
     assert "vision_model.encoder.layers.0.mlp.fc1.weight" in msg
-    assert "(32, 128)" in msg and "(32, 48)" in msg
+    assert "(128, 512)" in msg and "(128, 48)" in msg
 
 
-def test_missing_tokenizer_is_an_error(quick_run, tmp_path):
-    out, _ = quick_run
+def test_missing_tokenizer_is_an_error(tmp_path):
     d = tmp_path / "ckpt"
-    shutil.copytree(out, d)
+    shutil.copytree(COMMITTED, d)
     (d / "vocab.json").unlink()
     with pytest.raises(CLIPWeightsError, match="no tokenizer files"):
         clip_model.load_vgepf_clip({"clip_weights": str(d)})

@@ -26,6 +26,7 @@ from jaxmarl_llm.vision.clip import (  # noqa: E402
     CLIPTokenizer,
     CLIPWeightsError,
     config_from_openai,
+    config_to_hf,
     cosine,
     encode_image,
     encode_text,
@@ -35,9 +36,11 @@ from jaxmarl_llm.vision.clip import (  # noqa: E402
     logits,
     param_shapes,
     params_from_hf,
+    params_to_hf,
     quick_gelu,
     read_file,
     read_tensors,
+    save_clip,
 )
 
 DATA = pathlib.Path(__file__).parent / "data" / "tiny_clip"
@@ -278,3 +281,43 @@ def test_tokenizer_from_openai_bpe_file(tmp_path):
     bos, eos = 512 + len(MERGES), 513 + len(MERGES)
     assert tok.encode_one("Hello World") == [bos, merge_id["hello</w>"], merge_id["world</w>"], eos]
     assert tok.encode_one("!")[1] == 256  # "!" is byte symbol 0; with </w> it is 256 + 0
+
+
+# --- writing checkpoints: params_to_hf / config_to_hf / save_clip ----------------------
+
+
+def test_params_to_hf_inverts_params_from_hf(clip):
+    tensors = read_tensors(DATA)
+    back = params_to_hf(clip.config, clip.params)
+    assert set(back) == set(tensors) - {k for k in tensors if k.endswith("position_ids")}
+    for name, want in back.items():
+        assert want.dtype == np.float32 and want.shape == tensors[name].shape, name
+        np.testing.assert_array_equal(want, tensors[name], err_msg=name)
+    again = params_from_hf(clip.config, back)
+    jax.tree.map(np.testing.assert_array_equal, again, clip.params)
+
+
+@pytest.mark.parametrize("eot", [99, None], ids=["eot_id", "argmax"])
+def test_config_to_hf_round_trip(eot):
+    cfg = CLIPConfig(**{**CLIPConfig.tiny().__dict__, "eot_token_id": eot})
+    assert CLIPConfig.from_hf(config_to_hf(cfg)) == cfg
+    with pytest.raises(ValueError, match="eot_token_id 2"):
+        config_to_hf(CLIPConfig(**{**cfg.__dict__, "eot_token_id": 2}))
+    with pytest.raises(ValueError, match="ViT"):
+        config_to_hf(CLIPConfig.tiny_resnet())
+
+
+def test_save_clip_round_trip_float32_and_float16(tmp_path, clip):
+    params = jax.tree.map(lambda x: np.asarray(x) * 1.5 + 0.01, clip.params)  # not the file's
+    save_clip(tmp_path / "f32", clip.config, params)
+    got = load_clip(tmp_path / "f32")
+    assert got.config == clip.config and got.tokenizer is None
+    jax.tree.map(np.testing.assert_array_equal, got.params, params)
+    save_clip(tmp_path / "f16", clip.config, params, dtype=np.float16)
+    assert read_tensors(tmp_path / "f16")["logit_scale"].dtype == np.float16
+    half = load_clip(tmp_path / "f16")
+    assert all(x.dtype == np.float32 for x in jax.tree.leaves(half.params))
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)  # noqa: E731
+    jax.tree.map(close, half.params, params)
+    with pytest.raises(ValueError, match="parameter tree"):
+        params_to_hf(CLIPConfig(**{**clip.config.__dict__, "text_layers": 1}), params)

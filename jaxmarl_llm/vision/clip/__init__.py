@@ -25,7 +25,17 @@ from .model import (
 )
 from .openai import config_from_openai, params_from_openai
 from .tokenizer import CLIPTokenizer
-from .weights import WEIGHTS_HINT, LoadedCLIP, load_clip, params_from_hf, read_file, read_tensors
+from .weights import (
+    WEIGHTS_HINT,
+    LoadedCLIP,
+    config_to_hf,
+    load_clip,
+    params_from_hf,
+    params_to_hf,
+    read_file,
+    read_tensors,
+    save_clip,
+)
 
 __all__ = [
     "CLIP",
@@ -37,6 +47,7 @@ __all__ = [
     "CLIPWeightsError",
     "LoadedCLIP",
     "config_from_openai",
+    "config_to_hf",
     "cosine",
     "encode_image",
     "encode_text",
@@ -47,7 +58,9 @@ __all__ = [
     "param_shapes",
     "params_from_hf",
     "params_from_openai",
+    "params_to_hf",
     "quick_gelu",
     "read_file",
     "read_tensors",
+    "save_clip",
 ]

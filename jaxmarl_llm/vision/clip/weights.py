@@ -1,5 +1,7 @@
 """CLIP weights from a Hugging Face ``CLIPModel`` checkpoint directory (OpenAI-layout
-state dicts, e.g. RN50, are mapped in :mod:`.openai` with the same :class:`Builder`).
+state dicts, e.g. RN50, are mapped in :mod:`.openai` with the same :class:`Builder`), and
+back: :func:`params_to_hf`, :func:`config_to_hf` and :func:`save_clip` write a directory
+that :func:`load_clip` (and transformers' ``CLIPModel``) reads.
 
 The directory holds ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``,
 which needs torch to read), and usually the tokenizer files (``vocab.json`` +
@@ -20,7 +22,7 @@ import pathlib
 from collections.abc import Callable
 
 import numpy as np
-from flax.traverse_util import unflatten_dict
+from flax.traverse_util import flatten_dict, unflatten_dict
 
 from .config import CLIPConfig, CLIPWeightsError
 from .model import Params, param_shapes
@@ -44,6 +46,14 @@ def _conv(w: np.ndarray) -> np.ndarray:
 
 def _same(w: np.ndarray) -> np.ndarray:
     return w
+
+
+def _conv_back(w: np.ndarray) -> np.ndarray:
+    return w.transpose(3, 2, 0, 1)
+
+
+# each conversion's inverse, for writing checkpoints
+_INVERSE = {_linear: _linear, _conv: _conv_back, _same: _same}
 
 
 # per-layer HF suffix -> (our path under ``layers/``, conversion)
@@ -150,6 +160,92 @@ def params_from_hf(cfg: CLIPConfig, tensors: dict[str, np.ndarray]) -> Params:
             srcs = [f"{tower}_model.encoder.layers.{i}.{suffix}" for i in range(n_layers)]
             b.stack(f"{tower}/layers/{sub}", srcs, conv)
     return b.finish(ignore=("position_ids",))
+
+
+def params_to_hf(cfg: CLIPConfig, params: Params) -> dict[str, np.ndarray]:
+    """Our parameter tree -> HF ``CLIPModel`` state dict (numpy float32), the inverse of
+    :func:`params_from_hf` (``params_from_hf(cfg, params_to_hf(cfg, p))`` equals ``p``)."""
+    if cfg.vision_kind != "vit":
+        raise ValueError("Hugging Face CLIP checkpoints hold ViT models only")
+    flat = {"/".join(k): np.asarray(v, np.float32) for k, v in flatten_dict(params).items()}
+    expect = _flat_shapes(param_shapes(cfg))
+    if {k: v.shape for k, v in flat.items()} != expect:
+        raise ValueError("params do not match the parameter tree of cfg (init_params(cfg, ...))")
+    out = {src: _INVERSE[conv](flat[dst]) for src, (dst, conv) in _TOP.items()}
+    for tower, n_layers in (("vision", cfg.vision_layers), ("text", cfg.text_layers)):
+        for suffix, (sub, conv) in _LAYER.items():
+            stacked = flat[f"{tower}/layers/{sub}"]  # [layers, ...]
+            for i in range(n_layers):
+                name = f"{tower}_model.encoder.layers.{i}.{suffix}"
+                out[name] = _INVERSE[conv](stacked[i])
+    return {k: np.array(v, np.float32, order="C") for k, v in out.items()}
+
+
+def config_to_hf(cfg: CLIPConfig) -> dict:
+    """A Hugging Face ``CLIPModel`` ``config.json`` dict that :meth:`CLIPConfig.from_hf`
+    reads back as ``cfg`` (ViT models)."""
+    if cfg.vision_kind != "vit":
+        raise ValueError("Hugging Face CLIP configs describe ViT models only")
+    if cfg.eot_token_id == 2:  # from_hf reads eos 2 as OpenAI's argmax pooling
+        raise ValueError("eot_token_id 2 cannot be stored: HF configs read it as argmax pooling")
+    # eos 2 is transformers' legacy marker of argmax pooling (eot_token_id None)
+    eos = 2 if cfg.eot_token_id is None else cfg.eot_token_id
+    common = {
+        "hidden_act": cfg.activation,
+        "layer_norm_eps": cfg.layer_norm_eps,
+        "projection_dim": cfg.embed_dim,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "initializer_factor": 1.0,
+    }
+    text = {
+        **common,
+        "model_type": "clip_text_model",
+        "hidden_size": cfg.text_width,
+        "intermediate_size": cfg.text_mlp_dim,
+        "num_hidden_layers": cfg.text_layers,
+        "num_attention_heads": cfg.text_heads,
+        "max_position_embeddings": cfg.context_length,
+        "vocab_size": cfg.vocab_size,
+        "bos_token_id": max(eos - 1, 0),  # OpenAI's layout: just before <|endoftext|>
+        "eos_token_id": eos,
+        "pad_token_id": 0,
+    }
+    vision = {
+        **common,
+        "model_type": "clip_vision_model",
+        "hidden_size": cfg.vision_width,
+        "intermediate_size": cfg.vision_mlp_dim,
+        "num_hidden_layers": cfg.vision_layers,
+        "num_attention_heads": cfg.vision_heads,
+        "image_size": cfg.image_size,
+        "patch_size": cfg.patch_size,
+        "num_channels": 3,
+    }
+    return {
+        "architectures": ["CLIPModel"],
+        "model_type": "clip",
+        "projection_dim": cfg.embed_dim,
+        "logit_scale_init_value": 2.6592,
+        "text_config": text,
+        "vision_config": vision,
+    }
+
+
+def save_clip(
+    directory: str | os.PathLike, cfg: CLIPConfig, params: Params, dtype=np.float32
+) -> pathlib.Path:
+    """Write ``config.json`` and ``model.safetensors`` (tensors cast to ``dtype``, e.g.
+    ``np.float16`` to halve the size; :func:`load_clip` reads them back as float32) into
+    ``directory``; tokenizer files are the caller's. Returns the directory."""
+    from safetensors.numpy import save_file
+
+    d = pathlib.Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.astype(dtype) for k, v in params_to_hf(cfg, params).items()}
+    (d / "config.json").write_text(json.dumps(config_to_hf(cfg), indent=1) + "\n")
+    save_file(tensors, str(d / "model.safetensors"))
+    return d
 
 
 def read_file(path: pathlib.Path) -> dict[str, np.ndarray]:

@@ -1,0 +1,105 @@
+"""The CLIP model behind V-GEPF's potential: which checkpoint, loading it, and its inputs.
+
+Pretrained CLIP weights cannot be downloaded here, so the default is the small CLIP that
+``experiments/train_clip.py`` trains on rendered football frames captioned by the skill
+predicates, committed under ``experiments/results/vgepf/clip_football/`` (a Hugging Face
+CLIP directory). ``shaping.kwargs.clip_weights=PATH`` selects any other checkpoint that
+:func:`jaxmarl_llm.vision.clip.load_clip` reads (e.g. a converted CLIP-RN50, the paper's).
+
+Frames for the default model are ``envs.football.render.render(state, image_size)`` at
+the checkpoint's own image size, as in its training data (:func:`render_frames`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxmarl_llm.vision.clip import (
+    CLIPConfig,
+    CLIPWeightsError,
+    LoadedCLIP,
+    encode_image,
+    encode_text,
+    fit_images,
+    load_clip,
+)
+
+from .skills import SKILLS
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
+DEFAULT_CLIP_DIR = "experiments/results/vgepf/clip_football"
+TRAIN_HINT = "python experiments/train_clip.py"
+
+
+def default_clip_path() -> pathlib.Path:
+    """The committed football CLIP directory (``experiments/results/vgepf/clip_football``)."""
+    return REPO_ROOT / DEFAULT_CLIP_DIR
+
+
+def clip_path(kwargs: Mapping[str, Any] | None = None) -> pathlib.Path:
+    """``kwargs["clip_weights"]`` (the shaping kwargs) if set, else :func:`default_clip_path`."""
+    given = (kwargs or {}).get("clip_weights")
+    return pathlib.Path(os.fspath(given)).expanduser() if given else default_clip_path()
+
+
+def load_vgepf_clip(kwargs: Mapping[str, Any] | None = None) -> LoadedCLIP:
+    """The CLIP of ``shaping.kwargs.clip_weights``, or the committed football CLIP.
+
+    Raises :class:`CLIPWeightsError` when the directory is missing (for the default: run
+    ``python experiments/train_clip.py``), when a tensor's shape does not match the
+    checkpoint's ``config.json`` (``load_clip`` names the tensor and both shapes), or when
+    the checkpoint has no tokenizer files (the skill instructions must be tokenised).
+    """
+    path = clip_path(kwargs)
+    if not path.exists() and path == default_clip_path():
+        raise CLIPWeightsError(
+            f"the default football CLIP {path} is missing; train it with `{TRAIN_HINT}` "
+            "(a few minutes on a CPU) or pass shaping.kwargs.clip_weights=PATH"
+        )
+    try:
+        clip = load_clip(path)
+    except CLIPWeightsError as e:
+        if path != default_clip_path():
+            raise
+        raise CLIPWeightsError(
+            f"{e}; the default football CLIP is rebuilt by `{TRAIN_HINT}`"
+        ) from e
+    if clip.tokenizer is None:
+        raise CLIPWeightsError(
+            f"CLIP checkpoint {path} has no tokenizer files (vocab.json + merges.txt or "
+            "tokenizer.json); V-GEPF needs them to encode the skill instructions"
+        )
+    return clip
+
+
+def instruction_embeddings(clip: LoadedCLIP, texts: Sequence[str] | None = None) -> jax.Array:
+    """Unit-norm text embeddings ``[K, D]`` of ``texts`` (default: the seven skills'
+    instructions in :data:`.skills.SKILLS` order)."""
+    texts = [s.instruction for s in SKILLS] if texts is None else list(texts)
+    emb = encode_text(clip.config, clip.params, jnp.asarray(clip.tokenizer(texts)))
+    return emb / jnp.linalg.norm(emb, axis=-1, keepdims=True)
+
+
+def render_frames(states, cfg: CLIPConfig) -> jax.Array:
+    """Batched football states (leading axis B) -> ``[B, S, S, 3]`` float frames in
+    [0, 1] at the CLIP's image size ``S``, rendered directly at that size (as the
+    football CLIP's training frames)."""
+    from envs.football.render import render
+
+    frames = jax.vmap(functools.partial(render, size=cfg.image_size))(states)
+    return frames.astype(jnp.float32) / 255.0
+
+
+def frame_embeddings(clip: LoadedCLIP, frames) -> jax.Array:
+    """Unit-norm image embeddings ``[B, D]`` of frames ``[B, H, W, 3]`` in [0, 1]
+    (resized to the CLIP's input by :func:`fit_images` if needed)."""
+    x = fit_images(jnp.asarray(frames, jnp.float32), clip.config.image_size)
+    emb = encode_image(clip.config, clip.params, x)
+    return emb / jnp.linalg.norm(emb, axis=-1, keepdims=True)

@@ -10,6 +10,7 @@ next skill from the paper's pool of seven (``select.py``, ``online.py``).
 
 from __future__ import annotations
 
+from jaxmarl_llm.methods.vgepf.clip_model import default_clip_path, load_vgepf_clip
 from jaxmarl_llm.methods.vgepf.config import Selection, VGEPFConfig
 from jaxmarl_llm.methods.vgepf.online import VGEPFFeedback
 from jaxmarl_llm.methods.vgepf.potential import VGEPFParams, potential, shaping_reward
@@ -21,7 +22,7 @@ from jaxmarl_llm.methods.vgepf.select import (
     SkillChoiceError,
     parse_skill_choice,
 )
-from jaxmarl_llm.methods.vgepf.shaper import build, default_clip_path, vgepf_config, vgepf_shaper
+from jaxmarl_llm.methods.vgepf.shaper import build, vgepf_config, vgepf_shaper
 from jaxmarl_llm.shaping.registry import register_shaper
 
 register_shaper("vgepf", build, schema=VGEPFConfig)
@@ -37,6 +38,7 @@ __all__ = [
     "VGEPFFeedback",
     "VGEPFParams",
     "default_clip_path",
+    "load_vgepf_clip",
     "parse_skill_choice",
     "potential",
     "shaping_reward",

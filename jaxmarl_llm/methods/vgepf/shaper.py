@@ -10,6 +10,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from jaxmarl_llm.lm.backend import SamplingParams
+from jaxmarl_llm.methods.vgepf.clip_model import load_vgepf_clip
 from jaxmarl_llm.methods.vgepf.config import VGEPFConfig
 from jaxmarl_llm.methods.vgepf.online import (
     VGEPFFeedback,
@@ -24,7 +25,7 @@ from jaxmarl_llm.methods.vgepf.potential import (
 )
 from jaxmarl_llm.methods.vgepf.select import BackendSelector, ScriptedSelector, Selector
 from jaxmarl_llm.shaping.base import CombineMode, Shaper
-from jaxmarl_llm.vision.clip import CLIPWeightsError, LoadedCLIP, load_clip
+from jaxmarl_llm.vision.clip import LoadedCLIP
 
 SCRIPTED_TEACHER = "vgepf_skill"  # the LM factory's scripted teacher for skill choices
 
@@ -32,24 +33,6 @@ SCRIPTED_TEACHER = "vgepf_skill"  # the LM factory's scripted teacher for skill 
 def vgepf_config(kwargs) -> VGEPFConfig:
     """``shaping.kwargs`` as a ``VGEPFConfig`` (defaults filled in)."""
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(VGEPFConfig), kwargs))
-
-
-def default_clip_path() -> Path:
-    """The project's football CLIP (``clip_weights: null``)."""
-    try:
-        from jaxmarl_llm.methods.vgepf.clip_model import default_clip_path as project_path
-    except ImportError as e:
-        raise CLIPWeightsError(
-            "shaping.kwargs.clip_weights is null (the project's football CLIP), but "
-            f"jaxmarl_llm.methods.vgepf.clip_model is not available ({e}); give "
-            "shaping.kwargs.clip_weights=PATH"
-        ) from e
-    return Path(project_path())
-
-
-def load_weights(path: str | None) -> LoadedCLIP:
-    """The CLIP at ``path`` (null: ``default_clip_path()``)."""
-    return load_clip(path if path is not None else default_clip_path())
 
 
 def require_football(env) -> None:
@@ -137,5 +120,5 @@ def build(kwargs, env, mode, coef, context) -> Shaper:
     cfg = vgepf_config(kwargs)
     VGEPFConfig.check(cfg)
     require_football(env)
-    clip = load_weights(cfg.clip_weights)
+    clip = load_vgepf_clip({"clip_weights": cfg.clip_weights})
     return vgepf_shaper(env, cfg, clip, mode, coef, context.seed, context.artifact_dir("vgepf"))

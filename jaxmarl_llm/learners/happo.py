@@ -138,7 +138,8 @@ class HAPPO(PPO):
         self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
         self.env_steps_per_update = self.num_steps * self.num_envs
         self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
-        self.needs = set(shaper.fields)
+        self.carries_potential = shaper.potential is not None
+        self.needs = set() if self.carries_potential else set(shaper.fields)
         self.use_masks = env.has_action_masks
         self.carry_dim = 1
         self.net = self.actor = self.critic = None

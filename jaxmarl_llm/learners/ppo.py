@@ -46,7 +46,7 @@ from jaxmarl_llm.learners.running_stats import (
     standardize,
     update_running_stats,
 )
-from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
+from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, potential_shaping, shaped_reward
 
 
 @dataclass
@@ -236,7 +236,9 @@ class PPO(LearnerParts):
         self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
         self.env_steps_per_update = self.num_steps * self.num_envs
         self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
-        self.needs = set(shaper.fields)
+        # a potential-based shaper's phi is carried through the rollout; it reads no batch
+        self.carries_potential = shaper.potential is not None
+        self.needs = set() if self.carries_potential else set(shaper.fields)
         # Feature widths that cost nothing when unused: IPPO stores no world state and
         # envs without action masks store no masks, so minibatch shuffles move less data.
         self.use_masks = env.has_action_masks
@@ -437,20 +439,34 @@ class PPO(LearnerParts):
 
     # ----- rollout ---------------------------------------------------------------------
     def rollout_step(self, carry, _):
-        """``policy_step`` with the shaped training reward in the record; the key is
-        carried beside the state (``s.rng`` stays as it was)."""
-        s, rng = carry
+        """``policy_step`` with the shaped training reward in the record; the key (and a
+        potential-based shaper's phi of the current states) is carried beside the state
+        (``s.rng`` stays as it was)."""
+        s, rng, phi = carry
         rng, r_act, r_env = jax.random.split(rng, 3)
         s_next, step, res = self.policy_step(s, r_act, r_env)
-        batch = step_transitions(self.env, s.obs, step.action, s.env_state, res, self.needs)
-        step = step.replace(reward=shaped_reward(self.shaper, s.shaper_params, batch))
-        return (s_next, rng), (step, res.done, res.info)
+        if self.carries_potential:
+            phi_after = self.shaper.potential(s.shaper_params, res.state.env_state)
+            reward = potential_shaping(self.shaper, res.reward, res.done, phi, phi_after)
+            phi = phi_after
+        else:
+            batch = step_transitions(self.env, s.obs, step.action, s.env_state, res, self.needs)
+            reward = shaped_reward(self.shaper, s.shaper_params, batch)
+        step = step.replace(reward=reward)
+        return (s_next, rng, phi), (step, res.done, res.info)
 
     def rollout(self, s: PPOState):
         """``num_steps`` steps of every env from ``s.rng``: ``(state after them, key left,
         Rollout [T, E, ...], done [T, E], step infos [T, E, ...])``."""
-        (s, rng), (traj, done, info) = jax.lax.scan(
-            self.rollout_step, (s, s.rng), None, self.num_steps
+        # phi of the starting states, under the current shaper parameters (which may have
+        # changed since the last rollout)
+        phi = (
+            self.shaper.potential(s.shaper_params, s.env_state.env_state)
+            if self.carries_potential
+            else None
+        )
+        (s, rng, _), (traj, done, info) = jax.lax.scan(
+            self.rollout_step, (s, s.rng, phi), None, self.num_steps
         )
         return s, rng, traj, done, info
 

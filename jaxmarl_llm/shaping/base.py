@@ -71,6 +71,16 @@ class Shaper:
     name: str = struct.field(pytree_node=False, default="shaper")
     # host-side refit of ``params`` between chunks (shaping/feedback.py); None: fixed
     feedback: Any = struct.field(pytree_node=False, default=None)
+    # Potential-based shapers whose ``apply`` is ``gamma * phi(s') - phi(s)`` (phi(s') = 0
+    # where the episode ended), the same for every agent, may also give
+    # ``potential(params, env_states) -> [...]`` (jaxmarl env states with leading shape
+    # ``[...]``) and its ``gamma``. An on-policy rollout then carries phi of each step's
+    # next state to the step after (``potential_shaping``): one phi per env step instead
+    # of two, the same rewards.
+    potential: Callable[[Any, Any], jax.Array] | None = struct.field(
+        pytree_node=False, default=None
+    )
+    gamma: float = struct.field(pytree_node=False, default=1.0)
 
     def __post_init__(self):
         unknown = set(self.fields) - set(ALL_FIELDS)
@@ -85,10 +95,26 @@ def shaped_reward(shaper: Shaper, params: Any, batch: TransitionBatch) -> jax.Ar
     """Per-agent training reward ``[..., N]`` for ``batch`` under ``shaper``."""
     bonus = shaper.apply(params, batch)
     chex.assert_equal_shape([bonus, batch.reward])
+    return combine(shaper, batch.reward, bonus)
+
+
+def combine(shaper: Shaper, reward: jax.Array, bonus: jax.Array) -> jax.Array:
+    """The training reward from the env reward and the shaper's output (same shape)."""
     bonus = bonus.astype(jnp.float32)
     if shaper.mode == CombineMode.replace:
         return shaper.coef * bonus
-    return batch.reward + shaper.coef * bonus
+    return reward + shaper.coef * bonus
+
+
+def potential_shaping(
+    shaper: Shaper, reward: jax.Array, done: jax.Array, phi: jax.Array, phi_after: jax.Array
+) -> jax.Array:
+    """Training reward ``[..., N]`` of a potential-based ``shaper`` from the potentials a
+    rollout carries: ``phi`` of the step's state and ``phi_after`` of the state the env
+    moved on to (the reset state where ``done``, whose phi the terminal state's 0
+    replaces): ``F = gamma * phi(s') - phi(s)``, as ``shaper.apply`` computes it."""
+    f = shaper.gamma * jnp.where(done, 0.0, phi_after) - phi
+    return combine(shaper, reward, jnp.broadcast_to(f[..., None], reward.shape))
 
 
 def identity_shaper() -> Shaper:

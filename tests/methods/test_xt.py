@@ -26,7 +26,7 @@ from jaxmarl_llm.methods.xt import (
 )
 from jaxmarl_llm.methods.xt.events import PASS, Pending, add_events
 from jaxmarl_llm.methods.xt.grid import NX, NY, expected_threat, zone_index
-from jaxmarl_llm.shaping.base import TransitionBatch
+from jaxmarl_llm.shaping.base import TransitionBatch, identity_shaper
 
 COUNTER = "football:academy_counterattack_easy"
 
@@ -218,3 +218,28 @@ def test_a_tiny_mappo_xt_run(tmp_path):
     rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
     assert len(rows) == 2 and all(np.isfinite(float(r["reward_mean"])) for r in rows)
     assert np.isfinite(result.summary["env_steps_per_s"])
+
+
+def test_a_rollout_carrying_the_potential_pays_what_apply_pays():
+    """IPPO/MAPPO carry phi(s') of each step to the next (one potential per env step);
+    the rewards equal ``apply``'s ``gamma * phi(s') - phi(s)`` on every step, across
+    episode ends (counterattacks end within the 64 steps here)."""
+    from jaxmarl_llm.learners.ppo import PPO, PPOConfig
+
+    env = envs.make_array_env(COUNTER)
+    shaper = xt_shaper(env, XTConfig(gamma=0.9), coef=0.5)
+    cfg = PPOConfig(name="mappo", num_envs=4, num_steps=64, hidden_sizes=[8])
+
+    def rewards(shaper):
+        learner = PPO(cfg, env, shaper)
+        s = learner.init(jax.random.PRNGKey(0))
+        _, _, traj, done, _ = jax.jit(learner.rollout)(s)
+        return np.asarray(traj.reward), np.asarray(done)
+
+    carried, done = rewards(shaper)
+    applied, _ = rewards(shaper.replace(potential=None))
+    assert done.any()
+    np.testing.assert_allclose(carried, applied, rtol=1e-6, atol=1e-6)
+    # the same actions (same keys), so what differs from the env reward is the shaping
+    env_reward, _ = rewards(identity_shaper())
+    assert np.abs(carried - env_reward).max() > 1e-3

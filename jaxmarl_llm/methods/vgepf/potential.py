@@ -17,9 +17,9 @@ reward is paid and makes the host-side renormalisation of a selection round chea
 (only the evaluated states of the round's batch are encoded); it does not cut the
 in-scan cost.
 
-Cost per env step: two renders and two image-tower passes (``state`` and
-``next_state``). The next state's phi at step t equals the state's phi at t + 1 except
-where the episode reset, but a shaper sees one step at a time and cannot carry it over.
+Cost per env step: one render and one image-tower pass inside IPPO/MAPPO/HAPPO, which
+carry phi of each step's next state to the step after (``Shaper.potential``); two
+(``state`` and ``next_state``) where a learner calls ``apply`` on a batch.
 """
 
 from __future__ import annotations
@@ -143,6 +143,9 @@ def potential_shaper(
     def apply(p: VGEPFParams, batch: TransitionBatch) -> jax.Array:
         return shaping_reward(clip_cfg, p, batch, gamma, size, every_k)
 
+    def phi(p: VGEPFParams, states: Any) -> jax.Array:
+        return potential(clip_cfg, p, states, size, every_k)
+
     return Shaper(
         apply=apply,
         params=params,
@@ -151,4 +154,6 @@ def potential_shaper(
         coef=coef,
         name="vgepf",
         feedback=feedback,
+        potential=phi,
+        gamma=gamma,
     )

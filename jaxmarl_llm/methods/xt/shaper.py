@@ -91,4 +91,6 @@ def xt_shaper(env, cfg: XTConfig, mode: CombineMode = CombineMode.add, coef: flo
         mode=mode,
         coef=coef,
         name="xt",
+        potential=lambda grid, states: potential(grid, states, opponent),
+        gamma=gamma,
     )

@@ -15,7 +15,12 @@ import envs
 SHORT_EPISODE = 8  # max_steps for envs whose factory accepts it
 # Envs whose start state is fixed by design: reset may ignore its key.
 FIXED_START_PREFIXES = ("matrix:",)
-PREFERRED_REPRESENTATIVES = ("mpe:simple_spread_3", "overcooked:cramped_room", "smax:2s3z")
+PREFERRED_REPRESENTATIVES = (
+    "mpe:simple_spread_3",
+    "overcooked:cramped_room",
+    "smax:2s3z",
+    "football:academy_counterattack_easy",  # 4 controlled players: compiles faster than 11
+)
 
 
 def _implementation(name: str):

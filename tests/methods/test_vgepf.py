@@ -54,6 +54,7 @@ SIZE = 32  # frames drawn at the tiny CLIP's input size
 
 potential = jax.jit(_potential, static_argnums=(0, 3, 4))
 shaping_reward = jax.jit(_shaping_reward, static_argnums=(0, 3, 4, 5))
+embeddings = jax.jit(image_embeddings, static_argnums=(0, 3))
 
 
 def tiny_clip_dir(root: Path) -> Path:
@@ -146,7 +147,7 @@ def test_shaping_telescopes_along_an_episode(clip, play):
 
 def test_normalisation_gives_zero_mean_unit_std_on_its_batch(clip, play):
     params = initial_params(clip, "has advantage")
-    emb = image_embeddings(clip.config, params.image, _flat(play.state), SIZE)
+    emb = embeddings(clip.config, params.image, _flat(play.state), SIZE)
     mean, std = normalisation(np.asarray(emb @ params.text), True)
     phi = potential(clip.config, params.replace(mean=mean, std=std), play.state, SIZE)
     assert abs(float(phi.mean())) < 1e-4 and abs(float(phi.std()) - 1.0) < 1e-3

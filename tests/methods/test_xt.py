@@ -1,6 +1,5 @@
 """MAPPO-xT: the xT iteration, football events, the potential, grid files and a run."""
 
-import csv
 import json
 
 import chex
@@ -200,24 +199,6 @@ def test_bad_xt_kwargs_are_config_errors(kwargs, match):
 def test_the_xt_shaper_refuses_a_non_football_env():
     with pytest.raises(ConfigError, match="not a football"):
         xt_shaper(envs.make_array_env("mpe:simple_spread_3"), XTConfig())
-
-
-@pytest.mark.slow  # compiling MAPPO's update on football takes most of it
-def test_a_tiny_mappo_xt_run(tmp_path):
-    from jaxmarl_llm.runner import run_experiment
-
-    raw = {
-        "name": "xt_tiny",
-        "env": {"name": COUNTER},
-        "algo": {"name": "mappo", "num_envs": 4, "num_steps": 16, "total_timesteps": 128,
-                 "num_minibatches": 1, "update_epochs": 1, "hidden_sizes": [16]},
-        "shaping": {"name": "xt", "coef": 0.02, "kwargs": {"gamma": 0.99}},
-    }  # fmt: skip
-    cfg = build_config(raw, [f"out_dir={tmp_path}", "progress=false", "log_every=1", "plot=false"])
-    result = run_experiment(cfg)
-    rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
-    assert len(rows) == 2 and all(np.isfinite(float(r["reward_mean"])) for r in rows)
-    assert np.isfinite(result.summary["env_steps_per_s"])
 
 
 def test_a_rollout_carrying_the_potential_pays_what_apply_pays():

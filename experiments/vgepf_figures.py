@@ -93,6 +93,19 @@ def tail_means(run_dir: Path, metrics: list[str]) -> dict[str, list[float]]:
     return out
 
 
+def training_tail(run_dir: Path, names: list[str]) -> dict[str, float]:
+    """Mean over seeds of each ``stat_<name>`` of the sampling policy's episodes, over the
+    updates in the last ``TAIL`` of the run (``metrics.csv`` logs their seed mean)."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics
+
+    header, data = load_metrics(run_dir / "metrics.csv")
+    steps = data["env_steps"]
+    rows = steps >= steps[-1] * (1 - TAIL)
+    return {n: float(np.nanmean(data[f"stat_{n}"][rows])) for n in names if f"stat_{n}" in header}
+
+
 def method_row(label: str, run_dir: Path) -> dict:
     import numpy as np
 
@@ -107,8 +120,11 @@ def method_row(label: str, run_dir: Path) -> dict:
         "wall_s": summary["wall_s"],
         "env_steps_per_s": summary.get("env_steps_per_s"),
         "train_win_rate": summary.get("final_win_rate_mean"),
+        # the sampling policy's episodes during training (the greedy policy of a nearly
+        # deterministic scenario plays almost the same episode every time)
+        "train": training_tail(run_dir, ["win", *RADAR, "goals_conceded"]),
         "eval": {
-            k.removeprefix("eval_stat_"): {
+            k.removeprefix("eval_stat_").removeprefix("eval_"): {
                 "mean": float(np.mean(v)),
                 "std": float(np.std(v)),
                 "per_seed": v,
@@ -118,15 +134,18 @@ def method_row(label: str, run_dir: Path) -> dict:
     }
 
 
-def radar(rows: list[dict], out: Path, title: str) -> Path:
+def radar(rows: list[dict], out: Path, title: str, source: str = "train") -> Path:
+    """Radar chart of the ``RADAR`` statistics of each row: ``source`` ``train`` (the
+    sampling policy's episodes) or ``eval`` (greedy episodes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    axes = [a for a in RADAR if all(a in r["eval"] for r in rows)]
-    values = np.array([[r["eval"][a]["mean"] for a in axes] for r in rows])
+    value = lambda r, a: r["train"][a] if source == "train" else r["eval"][a]["mean"]
+    axes = [a for a in RADAR if all(a in r[source] for r in rows)]
+    values = np.array([[value(r, a) for a in axes] for r in rows])
     scale = np.where(values.max(0) > 0, values.max(0), 1.0)
     angles = np.linspace(0, 2 * np.pi, len(axes), endpoint=False)
     fig, ax = plt.subplots(figsize=(5.5, 5.5), dpi=120, subplot_kw={"polar": True})
@@ -146,21 +165,37 @@ def radar(rows: list[dict], out: Path, title: str) -> Path:
 
 
 def markdown(rows: list[dict]) -> str:
+    """Two tables: greedy evaluation (mean ± std over seeds) and the sampling policy."""
+
     def cell(r, key):
         s = r["eval"].get(key)
         return "" if s is None else f"{s['mean']:.2f} ± {s['std']:.2f}"
 
+    keys = ["win", *RADAR, "goals_conceded"]
+    train = "| method | " + " | ".join(k.replace("_", " ") for k in keys) + " |\n|---"
+    train += "|---" * len(keys) + "|\n"
+    train += "\n".join(
+        f"| {r['method']} | " + " | ".join(f"{r['train'].get(k, float('nan')):.2f}" for k in keys)
+        + " |"
+        for r in rows
+    )  # fmt: skip
+
     keys = ["win_rate", *RADAR, "goals_conceded"]
     head = "| method | " + " | ".join(k.replace("_", " ") for k in keys)
     head += " | train win | seeds | env steps | wall s |\n|---" + "|---" * (len(keys) + 4) + "|\n"
-    train = lambda r: "" if r["train_win_rate"] is None else f"{r['train_win_rate']:.3f}"
+    train_win = lambda r: "" if r["train_win_rate"] is None else f"{r['train_win_rate']:.3f}"
     lines = [
         f"| {r['method']} | "
         + " | ".join(cell(r, k) for k in keys)
-        + f" | {train(r)} | {r['seeds']} | {r['env_steps']:,} | {r['wall_s']:.0f} |"
+        + f" | {train_win(r)} | {r['seeds']} | {r['env_steps']:,} | {r['wall_s']:.0f} |"
         for r in rows
     ]
-    return head + "\n".join(lines) + "\n"
+    return (
+        f"Greedy evaluation (mean ± std over seeds of each seed's evaluations in the last "
+        f"{TAIL:.0%} of training):\n\n" + head + "\n".join(lines) + "\n\n"
+        f"Sampling policy's training episodes (mean over seeds, updates in the last "
+        f"{TAIL:.0%}):\n\n" + train + "\n"
+    )
 
 
 def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
@@ -195,7 +230,7 @@ def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
         rows = kept + rows
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
-    radar(rows, RESULTS / f"{figure}_radar.png", f"greedy play, {figure}")
+    radar(rows, RESULTS / f"{figure}_radar.png", f"{figure}: sampling policy, end of training")
     table = markdown(rows)
     (RESULTS / f"{figure}.md").write_text(table)
     print(table)

@@ -33,7 +33,7 @@ from flax import struct
 
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.learners.base import Learner, episode_metrics
+from jaxmarl_llm.learners.base import Learner
 from jaxmarl_llm.learners.losses import clipped_policy_loss, normalize, value_loss
 from jaxmarl_llm.learners.networks import MLP, Activation
 from jaxmarl_llm.learners.ppo import PPO, Batch, PPOState, Rollout, minibatches
@@ -320,10 +320,8 @@ class HAPPO(PPO):
             critic_step, (s.params["critic"], s.opt_state["critic"]), critic_batch, r_critic
         )
 
-        metrics = {k: v.mean() for k, v in {**actor_stats, **critic_stats}.items()}
+        metrics = self.update_metrics({**actor_stats, **critic_stats}, done, info, traj)
         metrics["factor_std"] = sequential_factors(log_ratios, order).std()
-        metrics.update(episode_metrics(done, info, self.env.has_won, self.env.return_reduction))
-        metrics["reward_mean"] = traj.reward.mean()
         s = s.replace(
             params={"actor": actor_params, "critic": critic_params},
             opt_state={"actor": actor_opt, "critic": critic_opt},

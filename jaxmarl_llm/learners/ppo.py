@@ -549,6 +549,14 @@ class PPO(LearnerParts):
         return (params, opt_state), stats
 
     # ----- the update ------------------------------------------------------------------
+    def update_metrics(self, stats: dict, done: jax.Array, info: dict, traj: Rollout) -> dict:
+        """An update's metrics: the means of its step statistics, the rollout's episode
+        metrics and its mean training reward."""
+        metrics = {k: v.mean() for k, v in stats.items()}
+        metrics.update(episode_metrics(done, info, self.env.has_won, self.env.return_reduction))
+        metrics["reward_mean"] = traj.reward.mean()
+        return metrics
+
     def update(self, s: PPOState) -> tuple[PPOState, dict]:
         """A rollout, its advantages, then ``update_epochs`` epochs of ``num_minibatches``
         SGD steps, each epoch on a fresh shuffle; metrics are means over the steps."""
@@ -566,9 +574,7 @@ class PPO(LearnerParts):
         (params, opt_state), stats = jax.lax.scan(
             run_epoch, (s.params, s.opt_state), jax.random.split(r_epochs, cfg.update_epochs)
         )
-        metrics = {k: v.mean() for k, v in stats.items()}
-        metrics.update(episode_metrics(done, info, self.env.has_won, self.env.return_reduction))
-        metrics["reward_mean"] = traj.reward.mean()
+        metrics = self.update_metrics(stats, done, info, traj)
         s = s.replace(
             params=params,
             opt_state=opt_state,

@@ -175,7 +175,8 @@ def markdown(rows: list[dict]) -> str:
     train = "| method | " + " | ".join(k.replace("_", " ") for k in keys) + " |\n|---"
     train += "|---" * len(keys) + "|\n"
     train += "\n".join(
-        f"| {r['method']} | " + " | ".join(f"{r['train'].get(k, float('nan')):.2f}" for k in keys)
+        f"| {r['method']} | " + " | ".join(f"{r['train'][k]:.2f}" if k in r["train"] else ""
+                                           for k in keys)
         + " |"
         for r in rows
     )  # fmt: skip
@@ -210,14 +211,12 @@ def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
         cfg = OmegaConf.load(out / "config.yaml")
         run_comparisons(cfg, out)
         rows.append(method_row(label, out))
+        dest = RESULTS / figure / out.name
+        copy_records(out, dest)
         for other in cfg.compare_with:
             name = Path(other).stem
             rows.append(method_row(baseline_label(name), out / "compare" / name))
-        dest = RESULTS / figure / out.name
-        dest.mkdir(parents=True, exist_ok=True)
-        for name in ("comparison.png", "win_curve.png", "summary.json", "config.yaml"):
-            if (out / name).exists():
-                shutil.copy(out / name, dest / name)
+            copy_records(out / "compare" / name, dest / "compare" / name)
         for record in ("vgepf/selections.json", "feedback.json"):
             if (out / record).exists():
                 shutil.copy(out / record, dest / Path(record).name)
@@ -232,9 +231,40 @@ def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     radar(rows, RESULTS / f"{figure}_radar.png", f"{figure}: sampling policy, end of training")
     table = markdown(rows)
+    if figure == "skills":
+        table += "\n" + skill_targets(rows)
     (RESULTS / f"{figure}.md").write_text(table)
     print(table)
     return rows
+
+
+def skill_targets(rows: list[dict]) -> str:
+    """Fig. 7's reading: does each fixed skill raise its statistic (sampling policy)
+    above MAPPO's?"""
+    mappo = next((r for r in rows if r["method"] == "MAPPO"), None)
+    if mappo is None:
+        return ""
+    lines = [
+        "| fixed skill | statistic | with the skill | MAPPO | higher |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        for stat in SKILL_TARGETS.get(r["method"], ()):
+            ours, base = r["train"].get(stat), mappo["train"].get(stat)
+            if ours is None or base is None:
+                continue
+            higher = ours < base if stat == "goals_conceded" else ours > base
+            lines.append(f"| {r['method']} | {stat} | {ours:.2f} | {base:.2f} | {higher} |")
+    return "\n".join(lines) + "\n"
+
+
+def copy_records(run_dir: Path, dest: Path) -> None:
+    """A run's curves, summary, config and metrics files into the results folder."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("comparison.png", "win_curve.png", "curve.png", "summary.json", "config.yaml",
+                 "metrics.csv", "eval.csv"):  # fmt: skip
+        if (run_dir / name).exists():
+            shutil.copy(run_dir / name, dest / name)
 
 
 def baseline_label(config_name: str) -> str:

@@ -1,0 +1,65 @@
+"""experiments/vgepf_figures.py: rows, tables and the radar chart from run folders."""
+
+import json
+
+import pytest
+from scripts import load_script
+
+figures = load_script("experiments/vgepf_figures.py")
+
+
+def _run(path, evals, train_win):
+    """A run folder with two seeds: ``evals`` = {update: (win seed0, win seed1)}."""
+    path.mkdir(parents=True)
+    steps = 1000
+    with (path / "eval.csv").open("w") as f:
+        f.write("update,env_steps,eval_win_rate/seed0,eval_win_rate/seed1,"
+                "eval_stat_shots/seed0,eval_stat_shots/seed1\n")  # fmt: skip
+        for u, (a, b) in evals.items():
+            f.write(f"{u},{u * steps},{a},{b},{2 * a},{2 * b}\n")
+    with (path / "metrics.csv").open("w") as f:
+        f.write("update,env_steps,stat_win,stat_shots\n")
+        for u in range(1, 11):
+            f.write(f"{u},{u * steps},{train_win * u / 10},{u}\n")
+    summary = {"num_seeds": 2, "env_steps": 10 * steps, "wall_s": 5.0,
+               "final_win_rate_mean": train_win}  # fmt: skip
+    (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+def test_rows_average_the_last_evaluations_per_seed_and_the_last_training_updates(tmp_path):
+    run = _run(tmp_path / "a", {2: (0.0, 0.0), 8: (0.5, 0.25), 10: (1.0, 0.75)}, 0.4)
+    row = figures.method_row("V-GEPF", run)
+    # evaluations at updates 8 and 10 are in the last 20% of 10,000 steps
+    assert row["eval"]["win_rate"]["per_seed"] == [0.75, 0.5]
+    assert row["eval"]["win_rate"]["mean"] == pytest.approx(0.625)
+    assert row["eval"]["shots"]["mean"] == pytest.approx(1.25)
+    # training statistics: updates 8-10 (steps >= 8,000)
+    assert row["train"]["shots"] == pytest.approx(9.0)
+    assert row["train"]["win"] == pytest.approx(0.36)
+    other = figures.method_row("MAPPO", _run(tmp_path / "b", {10: (0.0, 0.5)}, 0.1))
+    table = figures.markdown([row, other])
+    assert "| V-GEPF | 0.62 ± 0.12 |" in table  # greedy win rate, mean ± std over seeds
+    assert "| MAPPO | 0.09 |  | 9.00 |" in table  # training: win, no goals logged, shots
+    out = figures.radar([row, other], tmp_path / "radar.png", "t")
+    assert out.stat().st_size > 0
+
+
+def test_baseline_labels_name_the_learner():
+    assert [figures.baseline_label(n) for n in (
+        "mappo_football_counterattack_easy", "happo_football_11v11_hard",
+        "mappo_xt_counterattack_easy", "ippo_football_counterattack_easy",
+    )] == ["MAPPO", "HAPPO", "MAPPO-xT", "IPPO"]  # fmt: skip
+    assert set(figures.SKILL_TARGETS) == set(figures.FIGURES["skills"])
+
+
+def test_each_fixed_skill_is_read_against_mappo_on_its_statistic():
+    rows = [
+        {"method": "MAPPO", "train": {"shots": 1.0, "goals_conceded": 0.2}},
+        {"method": "encourage attack", "train": {"shots": 1.5, "shot_success": 0.4}},
+        {"method": "encourage defense", "train": {"goals_conceded": 0.3}},
+    ]
+    table = figures.skill_targets(rows)
+    assert "| encourage attack | shots | 1.50 | 1.00 | True |" in table
+    assert "| encourage defense | goals_conceded | 0.30 | 0.20 | False |" in table
+    assert "shot_success" not in table  # MAPPO's row lacks it

@@ -91,6 +91,7 @@ from jaxmarl_llm.vision.clip import (  # noqa: E402
     encode_text,
     init_params,
     load_clip,
+    logits,
     save_clip,
 )
 from jaxmarl_llm.vision.clip.tokenizer import BOS, EOS, build_bpe, bytes_to_unicode  # noqa: E402
@@ -395,12 +396,7 @@ def make_train_step(cfg: CLIPConfig, opt):
     loss, aux)``: random vertical flips, the loss, an optimiser step, the scale clamp."""
 
     def loss_fn(params, images, tokens, targets):
-        img = encode_image(cfg, params, images)
-        txt = encode_text(cfg, params, tokens)
-        img = img / jnp.linalg.norm(img, axis=-1, keepdims=True)
-        txt = txt / jnp.linalg.norm(txt, axis=-1, keepdims=True)
-        logits = jnp.exp(params["logit_scale"]) * img @ txt.T
-        return contrastive_loss(logits, targets)
+        return contrastive_loss(logits(cfg, params, images, tokens), targets)
 
     @jax.jit
     def step(params, opt_state, key, images_u8, tokens, targets):

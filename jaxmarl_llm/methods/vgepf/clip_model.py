@@ -7,12 +7,11 @@ CLIP directory). ``shaping.kwargs.clip_weights=PATH`` selects any other checkpoi
 :func:`jaxmarl_llm.vision.clip.load_clip` reads (e.g. a converted CLIP-RN50, the paper's).
 
 Frames for the default model are ``envs.football.render.render(state, image_size)`` at
-the checkpoint's own image size, as in its training data (:func:`render_frames`).
+the checkpoint's own image size, as in its training data (``potential.image_embeddings``).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -22,12 +21,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxmarl_llm.vision.clip import (
-    CLIPConfig,
     CLIPWeightsError,
     LoadedCLIP,
-    encode_image,
     encode_text,
-    fit_images,
     load_clip,
 )
 
@@ -84,22 +80,4 @@ def instruction_embeddings(clip: LoadedCLIP, texts: Sequence[str] | None = None)
     instructions in :data:`.skills.SKILLS` order)."""
     texts = [s.instruction for s in SKILLS] if texts is None else list(texts)
     emb = encode_text(clip.config, clip.params, jnp.asarray(clip.tokenizer(texts)))
-    return emb / jnp.linalg.norm(emb, axis=-1, keepdims=True)
-
-
-def render_frames(states, cfg: CLIPConfig) -> jax.Array:
-    """Batched football states (leading axis B) -> ``[B, S, S, 3]`` float frames in
-    [0, 1] at the CLIP's image size ``S``, rendered directly at that size (as the
-    football CLIP's training frames)."""
-    from envs.football.render import render
-
-    frames = jax.vmap(functools.partial(render, size=cfg.image_size))(states)
-    return frames.astype(jnp.float32) / 255.0
-
-
-def frame_embeddings(clip: LoadedCLIP, frames) -> jax.Array:
-    """Unit-norm image embeddings ``[B, D]`` of frames ``[B, H, W, 3]`` in [0, 1]
-    (resized to the CLIP's input by :func:`fit_images` if needed)."""
-    x = fit_images(jnp.asarray(frames, jnp.float32), clip.config.image_size)
-    emb = encode_image(clip.config, clip.params, x)
     return emb / jnp.linalg.norm(emb, axis=-1, keepdims=True)

@@ -32,9 +32,10 @@ import numpy as np
 from flax import struct
 
 from envs.football.render import render
+from jaxmarl_llm.methods.vgepf.clip_model import instruction_embeddings
 from jaxmarl_llm.methods.vgepf.skills import skill, skill_index
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
-from jaxmarl_llm.vision.clip import CLIPConfig, LoadedCLIP, encode_image, encode_text, fit_images
+from jaxmarl_llm.vision.clip import CLIPConfig, LoadedCLIP, encode_image, fit_images
 
 # what the image tower reads of the CLIP parameters (the text tower stays on the host)
 IMAGE_KEYS = ("vision", "visual_projection", "logit_scale")
@@ -63,9 +64,7 @@ def text_embedding(clip: LoadedCLIP, name: str) -> np.ndarray:
             f"CLIP checkpoint {clip.path} has no tokenizer files (vocab.json + merges.txt or "
             "tokenizer.json), which V-GEPF needs to embed its skills"
         )
-    tokens = clip.tokenizer([skill(name).instruction])
-    emb = np.asarray(encode_text(clip.config, clip.params, jnp.asarray(tokens)))[0]
-    return (emb / np.linalg.norm(emb)).astype(np.float32)
+    return np.asarray(instruction_embeddings(clip, [skill(name).instruction])[0], np.float32)
 
 
 def initial_params(clip: LoadedCLIP, name: str) -> VGEPFParams:

@@ -132,15 +132,7 @@ class HAPPO(PPO):
     """
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        # the attributes PPO's rollout, GAE and acting read: MAPPO, feed-forward
-        self.cfg, self.env, self.shaper = cfg, env, shaper
-        self.centralized, self.recurrent = True, False
-        self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
-        self.env_steps_per_update = self.num_steps * self.num_envs
-        self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
-        self.carries_potential = shaper.potential is not None
-        self.needs = set() if self.carries_potential else set(shaper.fields)
-        self.use_masks = env.has_action_masks
+        self.init_rollout(cfg, env, shaper, centralized=True, recurrent=False)  # MAPPO's, FF
         self.carry_dim = 1
         self.net = self.actor = self.critic = None
 

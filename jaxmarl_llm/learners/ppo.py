@@ -229,10 +229,12 @@ class PPO(LearnerParts):
     ``actor``/``critic`` (GRUs), the others ``None``.
     """
 
-    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
+    def init_rollout(
+        self, cfg, env: ArrayEnv, shaper: Shaper, centralized: bool, recurrent: bool
+    ) -> None:
+        """The settings the rollout, GAE and acting read (HAPPO shares them)."""
         self.cfg, self.env, self.shaper = cfg, env, shaper
-        self.centralized = cfg.name == "mappo"
-        self.recurrent = bool(cfg.recurrent)
+        self.centralized, self.recurrent = centralized, recurrent
         self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
         self.env_steps_per_update = self.num_steps * self.num_envs
         self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
@@ -242,6 +244,9 @@ class PPO(LearnerParts):
         # Feature widths that cost nothing when unused: IPPO stores no world state and
         # envs without action masks store no masks, so minibatch shuffles move less data.
         self.use_masks = env.has_action_masks
+
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
+        self.init_rollout(cfg, env, shaper, cfg.name == "mappo", bool(cfg.recurrent))
 
         batch_units = self.num_envs if self.recurrent else self.env_steps_per_update
         mb_units = batch_units // cfg.num_minibatches

@@ -113,8 +113,16 @@ def potential_shaping(
     rollout carries: ``phi`` of the step's state and ``phi_after`` of the state the env
     moved on to (the reset state where ``done``, whose phi the terminal state's 0
     replaces): ``F = gamma * phi(s') - phi(s)``, as ``shaper.apply`` computes it."""
-    f = shaper.gamma * jnp.where(done, 0.0, phi_after) - phi
-    return combine(shaper, reward, jnp.broadcast_to(f[..., None], reward.shape))
+    return combine(shaper, reward, potential_difference(shaper.gamma, done, phi, phi_after, reward))
+
+
+def potential_difference(
+    gamma: float, done: jax.Array, phi: jax.Array, phi_next: jax.Array, reward: jax.Array
+) -> jax.Array:
+    """Potential-based shaping ``F = gamma * phi(s') - phi(s)`` ``[..., N]`` (the same for
+    every agent of ``reward [..., N]``), with ``phi(s') = 0`` where the episode ended."""
+    f = gamma * jnp.where(done, 0.0, phi_next) - phi
+    return jnp.broadcast_to(f[..., None], reward.shape)
 
 
 def identity_shaper() -> Shaper:

@@ -34,7 +34,7 @@ from flax import struct
 from envs.football.render import render
 from jaxmarl_llm.methods.vgepf.clip_model import instruction_embeddings
 from jaxmarl_llm.methods.vgepf.skills import skill, skill_index
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch, potential_difference
 from jaxmarl_llm.vision.clip import CLIPConfig, LoadedCLIP, encode_image, fit_images
 
 # what the image tower reads of the CLIP parameters (the text tower stays on the host)
@@ -122,8 +122,7 @@ def shaping_reward(
     episode ended."""
     phi = potential(cfg, params, batch.state, size, every_k)
     phi_next = potential(cfg, params, batch.next_state, size, every_k)
-    f = gamma * jnp.where(batch.done, 0.0, phi_next) - phi
-    return jnp.broadcast_to(f[..., None], batch.reward.shape)
+    return potential_difference(gamma, batch.done, phi, phi_next, batch.reward)
 
 
 def potential_shaper(

@@ -28,7 +28,7 @@ from envs.football import Football, FootballState
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.methods.xt.events import team_zone
 from jaxmarl_llm.methods.xt.gridfile import load_grid
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch, potential_difference
 
 
 class OpponentRule(str, Enum):
@@ -69,10 +69,11 @@ def xt_shaping(
     grid: jax.Array, batch: TransitionBatch, gamma: float, opponent: OpponentRule
 ) -> jax.Array:
     """``gamma * phi(s') - phi(s)`` per agent ``[..., N]`` (``phi(s') = 0`` where done)."""
-    phi = potential(grid, batch.state, opponent)
-    phi_next = jnp.where(batch.done, 0.0, potential(grid, batch.next_state, opponent))
-    f = gamma * phi_next - phi
-    return jnp.broadcast_to(f[..., None], batch.reward.shape)
+    phi, phi_next = (
+        potential(grid, batch.state, opponent),
+        potential(grid, batch.next_state, opponent),
+    )
+    return potential_difference(gamma, batch.done, phi, phi_next, batch.reward)
 
 
 def xt_shaper(env, cfg: XTConfig, mode: CombineMode = CombineMode.add, coef: float = 1.0) -> Shaper:

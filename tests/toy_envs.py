@@ -138,3 +138,39 @@ class RaceLine(MultiAgentEnv):
             "dependency": "",
             "ego_role": self.roles[agent],
         }
+
+
+@struct.dataclass
+class BitState:
+    bits: jax.Array  # [2] int32: each agent's private bit
+    done: jax.Array
+
+
+class GuessTeammateBit(MultiAgentEnv):
+    """Communication toy: each of two agents sees only its own random bit and is paid 1
+    for naming its teammate's. One step per episode. Without communication the best
+    expected reward is 0.5; with it, 1."""
+
+    def __init__(self):
+        super().__init__(2)
+        self.observation_spaces = {a: Box(0.0, 1.0, (2,)) for a in self.agents}
+        self.action_spaces = {a: Discrete(2) for a in self.agents}
+
+    def reset(self, key):
+        bits = jax.random.bernoulli(key, 0.5, (2,)).astype(jnp.int32)
+        state = BitState(bits=bits, done=jnp.zeros((), bool))
+        return self.get_obs(state), state
+
+    def get_obs(self, state):
+        one_hot = jax.nn.one_hot(state.bits, 2)
+        return {a: one_hot[i] for i, a in enumerate(self.agents)}
+
+    def step_env(self, key, state, actions):
+        done = jnp.ones((), bool)
+        rewards = {
+            a: (actions[a] == state.bits[1 - i]).astype(jnp.float32)
+            for i, a in enumerate(self.agents)
+        }
+        state = state.replace(done=done)
+        dones = {a: done for a in self.agents} | {"__all__": done}
+        return self.get_obs(state), state, rewards, dones, {}

@@ -109,6 +109,50 @@ class ActorCritic(nn.Module):
         return self.actor(x)
 
 
+class CommNetActorCritic(nn.Module):
+    """CommNet actor (Sukhbaatar et al., 2016) with an MLP critic.
+
+    Each agent encodes its input, ``h_i = f(x_i)``; every communication step replaces
+    ``h_i`` by ``f_k([h_i, c_i])`` where ``c_i`` is the mean of the *other* agents'
+    ``h_j``; a linear head gives the logits. Inputs carry the agent axis:
+    ``x [..., N, D]``, ``critic_inputs [..., N, C]``. Returns ``(logits [..., N, A],
+    value [..., N])``.
+    """
+
+    num_actions: int
+    hidden: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    comm_steps: int = 1
+
+    def setup(self):
+        width = self.hidden[-1]
+        dense = lambda: nn.Dense(width, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))
+        self.encoder = [
+            nn.Dense(h, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))
+            for h in self.hidden
+        ]
+        self.comm = [dense() for _ in range(self.comm_steps)]
+        self.head = nn.Dense(
+            self.num_actions, kernel_init=orthogonal(0.01), bias_init=constant(0.0)
+        )
+        self.critic = MLP(self.hidden, 1, self.activation, 1.0)
+
+    def __call__(self, x, critic_inputs=None):
+        c = x if critic_inputs is None else critic_inputs
+        return self.policy_logits(x), self.critic(c)[..., 0]
+
+    def policy_logits(self, x):
+        act = _activation(self.activation)
+        h = x
+        for layer in self.encoder:
+            h = act(layer(h))
+        n = h.shape[-2]
+        for layer in self.comm:
+            others = (h.sum(-2, keepdims=True) - h) / max(n - 1, 1)
+            h = act(layer(jnp.concatenate([h, others], axis=-1)))
+        return self.head(h)
+
+
 class RecurrentActor(nn.Module):
     """Dense -> GRU -> MLP policy head. Inputs ``[T, B..., D]``; returns (carry, logits)."""
 

@@ -34,6 +34,7 @@ from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, val
 from jaxmarl_llm.learners.networks import (
     Activation,
     ActorCritic,
+    CommNetActorCritic,
     AgentParams,
     ParamSharing,
     RecurrentActor,
@@ -74,6 +75,9 @@ class PPOConfig:
     gru_hidden_dim: int = 128
     param_sharing: ParamSharing = ParamSharing.shared
     agent_ids: bool = True
+    # CommNet communication steps in the (feed-forward, shared) actor: each agent's
+    # hidden state takes in the mean of its teammates'; 0 = independent actors
+    commnet_steps: int = 0
     normalize_advantages: bool = True
     # EPyMARL's standardise_rewards: training rewards (env + shaping) minus their running
     # mean, over their running std, before GAE (its MAPPO/IPPO default on LBF)
@@ -244,6 +248,7 @@ class PPO(LearnerParts):
         # Feature widths that cost nothing when unused: IPPO stores no world state and
         # envs without action masks store no masks, so minibatch shuffles move less data.
         self.use_masks = env.has_action_masks
+        self.communicates = int(getattr(cfg, "commnet_steps", 0)) > 0
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
         self.init_rollout(cfg, env, shaper, cfg.name == "mappo", bool(cfg.recurrent))
@@ -259,6 +264,11 @@ class PPO(LearnerParts):
         a = env.num_actions
         activation = str(getattr(cfg.activation, "value", cfg.activation))
         sharing = str(getattr(cfg.param_sharing, "value", cfg.param_sharing))
+        if self.communicates and (self.recurrent or sharing != "shared"):
+            raise ConfigError(
+                "algo.commnet_steps > 0 needs a feed-forward actor with shared parameters "
+                f"(got recurrent={self.recurrent}, param_sharing={sharing})"
+            )
         self.net = self.actor = self.critic = None
         if self.recurrent:
             gru = cfg.gru_hidden_dim
@@ -267,7 +277,11 @@ class PPO(LearnerParts):
             self.carry_dim = gru
         else:
             hidden = tuple(cfg.hidden_sizes)
-            self.net = AgentParams(ActorCritic(a, hidden, activation), env.agent_groups, sharing)
+            if self.communicates:
+                module = CommNetActorCritic(a, hidden, activation, int(cfg.commnet_steps))
+            else:
+                module = ActorCritic(a, hidden, activation)
+            self.net = AgentParams(module, env.agent_groups, sharing)
             self.carry_dim = 1
 
         grad_steps = self.num_updates * cfg.update_epochs * cfg.num_minibatches
@@ -305,7 +319,7 @@ class PPO(LearnerParts):
         """Feed-forward actor-critic on obs ``[..., N, D]``: (masked logits ``[..., N, A]``,
         values ``[..., N]``)."""
         x, c = self.actor_inputs(obs), self.critic_inputs(obs, world_state)
-        if self.net.num_groups == 1:
+        if self.net.num_groups == 1 and not self.communicates:
             # 2-D inputs keep XLA:CPU on its fast GEMM path (a [B, N, D] dot and its
             # gradient run markedly slower).
             lead = x.shape[:-1]
@@ -354,6 +368,8 @@ class PPO(LearnerParts):
         n = self.env.num_agents
         obs0 = jnp.zeros((self.env.obs_dim + (n if self.cfg.agent_ids else 0),))
         crit0 = jnp.zeros((self.env.world_state_dim + n,)) if self.centralized else obs0
+        if self.communicates:  # CommNet's actor sees the agent axis
+            return self.net.init(rng, jnp.stack([obs0] * n), jnp.stack([crit0] * n))
         if not self.recurrent:
             return self.net.init(rng, obs0, crit0)
         ra, rc = jax.random.split(rng)
@@ -429,7 +445,7 @@ class PPO(LearnerParts):
                 s.params["actor"], carry, x[None], resets, agent_axes=(1, 2, 2), out_axes=(1, 2)
             )
             logits = logits[0]
-        elif self.net.num_groups == 1:
+        elif self.net.num_groups == 1 and not self.communicates:
             flat = self.net.apply(s.params, x.reshape(-1, x.shape[-1]), method="policy_logits")
             logits = flat.reshape(*x.shape[:-1], -1)
         else:

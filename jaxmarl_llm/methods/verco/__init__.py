@@ -1,0 +1,3 @@
+"""Verco: language-model agents whose action adapter is trained by PPO on the scores the
+model gives each available macro-action, and whose message adapter imitates a teacher's
+messages by SFT (two LoRA adapters over one frozen decoder)."""

@@ -1,0 +1,20 @@
+"""benchmarks/lm_policy_throughput.py runs (tiny shapes) and its cached scorer agrees with
+the from-scratch baseline it is compared against."""
+
+import json
+
+from scripts import load_script
+
+
+def test_lm_policy_throughput_json(capfd):
+    bench = load_script("benchmarks/lm_policy_throughput.py")
+    argv = ["--shape", "tiny", "--prompts", "3", "--prompt-tokens", "8", "--actions", "4",
+            "--action-tokens", "3", "--repeats", "1", "--scratch", "--json"]  # fmt: skip
+    out = bench.main(argv)
+    printed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert printed == out
+    assert out["prompts_per_s"] > 0 and out["tokens_per_s"] > 0 and out["compile_s"] >= 0
+    assert out["max_abs_diff_vs_scratch"] < 1e-4
+    # rank-8 q and v adapters on a 2-layer, d_model 32 model: 2 * 8 * (32 + 32 + 32 + 16)
+    assert out["lora_params"] == 1792 and out["lora_bytes"] == 4 * 1792
+    assert out["lora_checkpoint_bytes"] > 0

@@ -119,14 +119,11 @@ def scripted_actions(env: SaladKitchen, state: SaladState) -> jax.Array:
     return jnp.where(state.busy, state.macro, fresh).astype(jnp.int32)
 
 
-def run_scripted(env: SaladKitchen, key, forbid: tuple[int, ...] = ()) -> SaladState:
-    """Play one episode with the scripted team (``forbid``: macro-actions replaced by
-    waiting) and return the terminal state. Jittable with ``env`` and ``forbid`` static."""
-    _, state = env.reset(key)
-
-    def cond(carry):
-        state, over = carry
-        return ~over
+def run_scripted(env: SaladKitchen, state: SaladState, forbid: tuple[int, ...] = ()) -> SaladState:
+    """Play the scripted team from ``state`` to the end of the episode and return the
+    terminal state; macro-actions in ``forbid`` are replaced by waiting. Jittable and
+    vmappable over ``state`` (``env`` and ``forbid`` static)."""
+    key = jax.random.PRNGKey(0)  # the env's step draws nothing
 
     def body(carry):
         state, _ = carry
@@ -138,5 +135,6 @@ def run_scripted(env: SaladKitchen, key, forbid: tuple[int, ...] = ()) -> SaladS
         )
         return state, dones["__all__"]
 
-    state, _ = jax.lax.while_loop(cond, body, (state, jnp.bool_(False)))
+    over = state.delivered | (state.step >= env.max_steps)
+    state, _ = jax.lax.while_loop(lambda c: ~c[1], body, (state, over))
     return state

@@ -11,6 +11,8 @@ Everything here reads a batch of ``SaladState`` as numpy (outside jit):
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
@@ -163,9 +165,15 @@ def text_observations(env: SaladKitchen, states) -> list[list[str]]:
     return out
 
 
+@functools.cache
+def _avail_fn(env: SaladKitchen):
+    stacked = lambda st: jax.numpy.stack([env.get_avail_actions(st)[a] for a in env.agents])
+    return jax.jit(stacked), jax.jit(jax.vmap(stacked))
+
+
 def _avail(env: SaladKitchen, states) -> np.ndarray:
     """[B, 2, A] ``env.get_avail_actions`` of a batch (or one) of states."""
-    stacked = lambda st: jax.numpy.stack([env.get_avail_actions(st)[a] for a in env.agents])
+    one, batched = _avail_fn(env)
     if np.ndim(states.step) == 0:
-        return np.asarray(stacked(states))[None]
-    return np.asarray(jax.vmap(stacked)(states))
+        return np.asarray(one(states))[None]
+    return np.asarray(batched(states))

@@ -125,6 +125,7 @@ _register_football()
 def _register_salad() -> None:
     import functools
 
+    from envs.capabilities import ScriptedPolicy, provides
     from envs.salad import SaladKitchen, episode_stats
 
     layouts = {"A": "both cooks in one room", "B": "a counter wall between the cooks"}
@@ -140,6 +141,7 @@ def _register_salad() -> None:
                 stats_fn=lambda env, s: episode_stats(s),
                 world_state_fn=lambda env, s, obs: env.world_state(s),
                 world_state_reads_obs=False,
+                capabilities=provides(ScriptedPolicy),
             )
         )
 

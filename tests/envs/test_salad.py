@@ -329,3 +329,5 @@ def test_registry_stats_through_array_env():
     assert set(stats) == {"steps", "success", "collisions", "wrong_deliveries"}
     assert float(stats["steps"]) == 37 and float(stats["success"]) == 1.0
     assert bool(aenv.won(final))
+    scripted = envs.require(aenv, envs.capabilities.ScriptedPolicy, needed_by="the test")
+    np.testing.assert_array_equal(scripted.greedy_actions(state.env_state), [GET_TOMATO, WAIT])

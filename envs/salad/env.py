@@ -232,6 +232,21 @@ class SaladKitchen(MultiAgentEnv):
         free = ~taken & (self.map_name == "B")
         return free.any(), self._walls[jnp.argmax(free)]
 
+    def _neighbours(self, pos) -> tuple[jax.Array, jax.Array]:
+        """[4] cells right, left, down, up of ``pos`` (clipped) and whether each is on the grid."""
+        nbrs = pos[None, :] + jnp.asarray(maps.DIRECTIONS)
+        return _cell(jnp.clip(nbrs, 0, SIZE - 1)), ((nbrs >= 0) & (nbrs < SIZE)).all(1)
+
+    def _chop_target(self, state: SaladState, agent: int):
+        """(can chop, knife cell, food) of the first neighbouring knife with unchopped food."""
+        nbr_cells, on_grid = self._neighbours(state.agent_pos[agent])
+        loose = self._loose(state)
+        food_here = loose[None, :3] & (state.item_cell[None, :3] == nbr_cells[:, None])  # [4, 3]
+        unchopped_here = (food_here & (state.chops[None, :] < CHOPS_NEEDED)).any(1)
+        choppable = on_grid & (self._tiles[nbr_cells] == KNIFE) & unchopped_here
+        first = jnp.argmax(choppable)
+        return choppable.any(), nbr_cells[first], jnp.argmax(food_here[first])
+
     # ----- one agent's primitive intent -------------------------------------------------
     def _intent(self, state: SaladState, agent: int, macro):
         """(target cell, move?, act?, done) of one agent's running macro-action this step.
@@ -273,17 +288,8 @@ class SaladKitchen(MultiAgentEnv):
             | ((macro == GO_COUNTER) & wall_free)
         ) & ~((is_get_food | (macro == GET_PLATE)) & item_unreachable)
 
-        # chop: the first neighbouring knife with unchopped food on it
-        nbrs = me[None, :] + jnp.asarray(maps.DIRECTIONS)
-        nbr_cells = _cell(jnp.clip(nbrs, 0, SIZE - 1))
-        on_grid = ((nbrs >= 0) & (nbrs < SIZE)).all(1)
-        loose = self._loose(state)
-        food_here = loose[None, :3] & (state.item_cell[None, :3] == nbr_cells[:, None])  # [4, 3]
-        unchopped_here = (food_here & (state.chops[None, :] < CHOPS_NEEDED)).any(1)
-        choppable = on_grid & (self._tiles[nbr_cells] == KNIFE) & unchopped_here
-        chop_cell = nbr_cells[jnp.argmax(choppable)]
-        chop_food = jnp.argmax(food_here[jnp.argmax(choppable)])
-        can_chop = choppable.any()
+        nbr_cells, on_grid = self._neighbours(me)
+        can_chop, chop_cell, chop_food = self._chop_target(state, agent)
 
         # navigation: around the teammate where possible, else through
         d_avoid = self._distance[target, other_cell]
@@ -468,7 +474,7 @@ class SaladKitchen(MultiAgentEnv):
         out = {}
         for i, a in enumerate(self.agents):
             holding, _ = self._held_item(state, i)
-            *_, chop_act, _ = self._intent(state, i, jnp.int32(CHOP))
+            chop_act, *_ = self._chop_target(state, i)
             allowed = jnp.array(
                 [True, *free_items, True, True, holding, chop_act, holding & wall_free]
             )[: self.num_actions]

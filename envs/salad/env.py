@@ -12,7 +12,10 @@ adds "go to counter") runs over several steps: the agent walks a shortest path t
 target's neighbouring floor cell, then acts on the target (pick up, put down, combine,
 deliver, chop). While a macro-action runs the agent's only available action is that
 macro-action (``get_avail_actions``); an agent is free again after the step that
-finishes it. Semantics follow the original:
+finishes it. A free agent's mask (ours: the original allows everything) drops only
+actions that cannot do anything: getting an item someone holds or a food in the plate,
+delivering or using the wall counter empty-handed, chopping away from a knife with
+unchopped food; "wait" is always available. Semantics follow the original:
 
 * get tomato / lettuce / onion: walk to the food wherever it lies and act on it: pick it
   up when empty-handed, scoop it into a held plate when it is chopped; when the food is

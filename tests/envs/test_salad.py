@@ -50,15 +50,27 @@ KEY = jax.random.PRNGKey(0)
 # knife 2 from (1,5) to (2,1) 5+1 (29); chop 3 (32); plate from (2,1) 7+1 (40); tomato
 # from knife 1 8+1 (49); lettuce from knife 2 1+1 (51); deliver from (2,1) 1+1 (53). With
 # the onion instead of the tomato or the lettuce, one leg starts or ends at (2,5): 51.
-# The three-food salad adds the plate's parking on knife 2 while the onion is chopped on
-# knife 1: 71.
+# Lettuce-onion-tomato: the two-food legs to 51 (tomato and lettuce in the plate); the onion
+# still needs knife 1, so the plate is parked on knife 2 from (2,1) 0+1 (52); get onion
+# from (2,1) to (2,5) 4+1 (57); knife 1 5+1 (63); chop 3 (66); pick the chopped onion up
+# 0+1 (67); get plate: to (2,1), pick up the parked plate with the onion put in 1+1 (69);
+# deliver 1+1 (71).
 #
 # Map B, tomato salad: the runner (1,4) gets the tomato 1+1 (2) and puts it on the wall's
 # first counter (3,3) from (3,4) 3+1 (6), then takes the plate 3+1 (10) to the wall. The
 # chef waits 6 steps (nothing reachable), takes the tomato from (3,2) 2+1 (9), knife 1 3+1
 # (13), chops 3 (16), takes the plate the runner left on (3,3) at step 14 3+1 (20), scoops
-# the tomato 3+1 (24) and delivers 2+1 (27). Every single food is 27 (the runner's legs
-# are shorter than the chef's wait); two foods 37; three foods 51.
+# the tomato 3+1 (24) and delivers 2+1 (27). Every single food gives 27: the runner's
+# legs only decide when the chef may start, and each food reaches the wall by step 6.
+# Lettuce-tomato: the tomato legs to 16; the lettuce, on the wall (3,3) since 14, from
+# (1,1) to (3,2) 3+1 (20); knife 2 from (3,2) to (2,1) 2+1 (23); chop 3 (26); the plate, on
+# the wall since 22, 2+1 (29); tomato on knife 1 3+1 (33); lettuce on knife 2 1+1 (35);
+# deliver 1+1 (37). Any two foods give 37 (each is on the wall before the chef asks).
+# Lettuce-onion-tomato: as above to 26; the runner carried the onion before the plate, so
+# the plate reaches the wall at 28 and the chef takes it 2+1 (31); tomato 3+1 (35);
+# lettuce 1+1 (37); park the plate on knife 2 0+1 (38); the onion, on the wall (2,3),
+# 1+1 (40); knife 1 2+1 (43); chop 3 (46); pick the onion up 0+1 (47); the parked plate
+# 1+1 (49); deliver 1+1 (51).
 EXPECTED_STEPS = {
     "A": (37, 37, 35, 53, 51, 51, 71),
     "B": (27, 27, 27, 37, 37, 37, 51),

@@ -119,3 +119,31 @@ def _register_football() -> None:
 
 
 _register_football()
+
+
+# ----- TWOSOME's macro-action salad kitchen for two cooks (envs/salad) ----------------------
+def _register_salad() -> None:
+    import functools
+
+    from envs.capabilities import ScriptedPolicy, provides
+    from envs.salad import SaladKitchen, episode_stats
+
+    layouts = {"A": "both cooks in one room", "B": "a counter wall between the cooks"}
+    for map_name, layout in layouts.items():
+        register(
+            EnvSpec(
+                f"salad:{map_name}",
+                functools.partial(SaladKitchen, map_name),
+                f"TWOSOME's Overcooked salad kitchen, map {map_name} ({layout}): 2 agents, "
+                "macro-actions with masks, 5x5 partial observations, one of 7 salads per "
+                "episode (kwargs tasks=/task=), shared reward",
+                won_fn=lambda env, s: env.won(s),
+                stats_fn=lambda env, s: episode_stats(s),
+                world_state_fn=lambda env, s, obs: env.world_state(s),
+                world_state_reads_obs=False,
+                capabilities=provides(ScriptedPolicy),
+            )
+        )
+
+
+_register_salad()

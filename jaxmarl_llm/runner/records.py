@@ -16,10 +16,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from jaxmarl_llm.errors import ConfigError
 
-PER_SEED_METRICS = ("episode_return", "win_rate", "eval_return", "eval_win_rate")
-# and every greedy evaluation's episode statistic (``eval_stat_<name>``), for the spread
-# over seeds of the radar charts
-PER_SEED_PREFIXES = ("eval_stat_",)
+PER_SEED_METRICS = (
+    "episode_return",
+    "episode_length",
+    "win_rate",
+    "eval_return",
+    "eval_win_rate",
+)
+# and every episode statistic, of training (``stat_<name>``) and of greedy evaluation
+# (``eval_stat_<name>``), for the spread over seeds that figures show
+PER_SEED_PREFIXES = ("stat_", "eval_stat_")
 
 
 class MetricsWriter:

@@ -1,6 +1,6 @@
 """Verco's message module: the scripted and LM teachers, the pair dataset, SFT of the
-message adapter, greedy generation and its cache, on a tiny random Gemma 3 decoder with a
-character-level tokenizer built here."""
+message adapter, greedy generation and its cache, on a tiny random Gemma 3 decoder with a word-level
+tokenizer built here."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from jaxmarl_llm.lm.gemma.weights import GemmaConfig
 from jaxmarl_llm.lm.labeling import LabelingPolicy
 from jaxmarl_llm.lm.lora import init_lora, load_adapters, merge_lora, save_adapters
 from jaxmarl_llm.lm.scripted import ScriptedBackend
-from jaxmarl_llm.lm.store import CacheMiss, CachedBackend, LabelStore
+from jaxmarl_llm.lm.store import CachedBackend, CacheMiss, LabelStore
 from jaxmarl_llm.methods.verco.messages import (
     MessageCache,
     MessagePairs,
@@ -308,6 +308,8 @@ def trained():
 def held_token_accuracy(lora):
     tokens, valid, mask = pack_sft_examples(TOK, SFT_HELD.observations, SFT_HELD.messages)
     correct, counted = message_token_accuracy(LM, base_params(), lora, tokens, valid, mask)
+    unjitted = message_token_accuracy.__wrapped__(LM, base_params(), lora, tokens, valid, mask)
+    assert (int(correct), int(counted)) == tuple(int(x) for x in unjitted)
     return int(correct) / int(counted)
 
 
@@ -344,7 +346,10 @@ def test_greedy_decode_matches_uncached_argmax_and_stops_at_stop_tokens():
     def next_token(seq, length):  # reference: a full forward of the sequence, no cache
         valid = jnp.arange(seq.shape[1])[None] < length
         logits, _ = Gemma3(TINY).apply(
-            {"params": params}, seq, jnp.arange(seq.shape[1])[None], valid,
+            {"params": params},
+            seq,
+            jnp.arange(seq.shape[1])[None],
+            valid,
             init_cache(TINY, 1, seq.shape[1]),
         )
         return jnp.argmax(logits[0, length - 1])

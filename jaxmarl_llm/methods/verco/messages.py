@@ -19,7 +19,9 @@ Pipeline:
 5. :func:`evaluate_messages`: held-out exact match of the generated messages and
    teacher-forced next-token accuracy on the message tokens.
 
-The student's prompt is :data:`PROMPT_FORMAT` around the observation; the target is
+The student's prompt is :data:`PROMPT_FORMAT` around the observation, plain text for
+every model (SFT teaches the format; a chat turn would double the prompt of a short
+observation); it is encoded with the tokenizer's own BOS default, and the target is
 ``" " + message`` then the end token. Any tokenizer with ``encode(text, add_bos=...)``,
 ``decode(ids)``, ``eos_id`` and ``pad_id`` works (the project's Gemma and llama ones).
 """
@@ -53,7 +55,7 @@ class MessageTokenizer(Protocol):
     eos_id: int
     pad_id: int
 
-    def encode(self, text: str, add_bos: bool = True) -> list[int]: ...
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]: ...
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str: ...
 
@@ -114,7 +116,8 @@ def _rollout_fn(env: SaladKitchen, num_steps: int):
             state, alive = carry
             decision = alive & ~state.busy.all()
             actions = explore_actions(key, state, epsilon)
-            _, nxt, _, dones, _ = env.step_env(key, state, dict(zip(env.agents, actions)))
+            joint = dict(zip(env.agents, actions, strict=True))
+            _, nxt, _, dones, _ = env.step_env(key, state, joint)
             return (nxt, alive & ~dones["__all__"]), (state, decision)
 
         keys = jax.random.split(k_steps, num_steps)
@@ -185,7 +188,7 @@ def split_by_episode(
 
 def encode_pair(tokenizer: MessageTokenizer, observation: str, message: str):
     """(prompt ids, message ids ending with the end token) of one pair."""
-    prompt = tokenizer.encode(message_prompt(observation), add_bos=True)
+    prompt = tokenizer.encode(message_prompt(observation))
     target = tokenizer.encode(" " + message, add_bos=False) + [tokenizer.eos_id]
     return prompt, target
 
@@ -417,7 +420,7 @@ def generate_messages(
         )
     obs_texts = list(obs_texts)
     stop_ids = jnp.asarray(stop_token_ids(tokenizer), jnp.int32)
-    prompts = [tokenizer.encode(message_prompt(o), add_bos=True) for o in obs_texts]
+    prompts = [tokenizer.encode(message_prompt(o)) for o in obs_texts]
     messages: list[str] = []
     token_cuts = word_cuts = dropped = 0
     for first in range(0, len(prompts), batch_size):
@@ -527,7 +530,13 @@ def evaluate_messages(
         correct, counted = correct + int(c), counted + int(n)
     start = time.perf_counter()
     generated = generate_messages(
-        lm, base_params, message_lora, tokenizer, pairs.observations, max_tokens, max_words,
+        lm,
+        base_params,
+        message_lora,
+        tokenizer,
+        pairs.observations,
+        max_tokens,
+        max_words,
         batch_size,
     )
     seconds = time.perf_counter() - start

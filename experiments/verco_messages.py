@@ -7,9 +7,14 @@ Collects (observation text of agent i -> teacher message of agent i) pairs from
 epsilon-random rollouts of the scripted team, holds out whole episodes, trains a rank-8
 LoRA on the attention q/v projections of the frozen model by SFT on the message tokens,
 and writes ``report.json`` (model, data, losses, held-out exact match and teacher-forced
-token accuracy before and after SFT, messages per second of cached-free greedy decoding)
-and the adapter (``adapter/``) to ``--out`` (default
+token accuracy before and after SFT, messages per second of greedy decoding without the
+message cache) and the adapter (``adapter/``) to ``--out`` (default
 ``experiments/results/verco/messages_<map>/``).
+
+``--lm-teacher-states N`` also asks the model itself the paper's teacher prompt on N
+rollout states (answers kept in ``teacher_labels.sqlite`` there, so a rerun replays them)
+and reports parse retries, abstentions, budget cuts and agreement with the scripted
+teacher; ``--lm-teacher-only`` runs just that check into an existing report.
 """
 
 from __future__ import annotations
@@ -45,6 +50,43 @@ def load_model(name: str):
     return DecoderLM(backend._module, init_cache), backend.params, backend.tokenizer, described
 
 
+def lm_teacher_check(env, model_name: str, num_states: int, seed: int, store_path: Path) -> dict:
+    """Ask the model the paper's teacher prompt on rollout states (answers kept in the
+    label store at ``store_path``) and compare its messages with the scripted teacher's."""
+    import jax
+    import numpy as np
+
+    from jaxmarl_llm.lm.factory import make_backend
+    from jaxmarl_llm.methods.verco.messages import _rollout_fn
+    from jaxmarl_llm.methods.verco.teacher import lm_teacher_messages, scripted_messages
+
+    states, decisions = _rollout_fn(env, env.max_steps)(
+        jax.random.split(jax.random.key(seed + 1), num_states), np.float32(0.3)
+    )
+    episode, step = np.nonzero(np.asarray(decisions))
+    rows = np.random.default_rng(seed).permutation(len(episode))[:num_states]
+    chosen = jax.tree.map(lambda x: np.asarray(x)[episode[rows], step[rows]], states)
+    backend = make_backend(model_name, store=store_path)
+    start = time.perf_counter()
+    messages, report = lm_teacher_messages(backend, env, chosen)
+    seconds = time.perf_counter() - start
+    scripted = scripted_messages(env, chosen)
+    answered = [(m, s) for m, s in zip(messages, scripted, strict=True) if m is not None]
+    agree = [a == b for m, s in answered for a, b in zip(m, s, strict=True)]
+    return {
+        "backend": {"kind": backend.kind, "model": backend.model},
+        "states": len(rows),
+        "seconds": seconds,
+        "report": report.as_dict(),
+        "agreement_with_scripted_teacher": float(np.mean(agree)) if agree else None,
+        "examples": [
+            {"lm_teacher": m, "scripted_teacher": s}
+            for m, s in zip(messages[:5], scripted[:5], strict=True)
+        ],
+        "store": backend.stats(),
+    }
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -61,6 +103,17 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=24, help="decoding budget per message")
     p.add_argument("--model", choices=["smollm2", "gemma"], default="smollm2")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--lm-teacher-states",
+        type=int,
+        default=0,
+        help="also ask the model itself as the LM teacher on this many rollout states",
+    )
+    p.add_argument(
+        "--lm-teacher-only",
+        action="store_true",
+        help="run only the LM-teacher check and add it to an existing report.json",
+    )
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     out = args.out or ROOT / "experiments" / "results" / "verco" / f"messages_{args.map}"
@@ -82,6 +135,14 @@ def main(argv=None) -> int:
     from jaxmarl_llm.methods.verco.teacher import SCRIPTED_TEACHER
 
     env = SaladKitchen(args.map)
+    if args.lm_teacher_only:
+        report = json.loads((out / "report.json").read_text())
+        states = max(args.lm_teacher_states, 1)
+        store = out / "teacher_labels.sqlite"
+        report["lm_teacher"] = lm_teacher_check(env, args.model, states, args.seed, store)
+        (out / "report.json").write_text(json.dumps(report, indent=1))
+        print(f"LM teacher: {report['lm_teacher']['report']}")
+        return 0
     start = time.perf_counter()
     pairs = collect_message_pairs(env, jax.random.key(args.seed), args.episodes, args.epsilon)
     train, held = split_by_episode(pairs, 0.25, seed=args.seed)
@@ -141,6 +202,11 @@ def main(argv=None) -> int:
             "device": str(jax.devices()[0]),
         },
     }
+    if args.lm_teacher_states > 0:
+        report["lm_teacher"] = lm_teacher_check(
+            env, args.model, args.lm_teacher_states, args.seed, out / "teacher_labels.sqlite"
+        )
+        print(f"LM teacher: {report['lm_teacher']['report']}")
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out / 'report.json'}")
     return 0

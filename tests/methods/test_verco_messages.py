@@ -227,6 +227,8 @@ class FlakyTeacher(Backend):
 
 
 class NoModel(Backend):
+    """FlakyTeacher's identity (so its stored answers are found) without a model."""
+
     kind, model = "flaky", "flaky-teacher"
 
     def generate(self, requests, on_result=None):

@@ -1,7 +1,7 @@
 """Language/vision-model layer: backends behind one interface, the on-disk label store,
 prompt templates (data files), parsers, scripted teachers and the labeling policy.
 
-Backends with heavy optional dependencies (``gemma``, ``http``) are imported from their
+Backends with heavy optional dependencies (``gemma``, ``llama``, ``http``) are imported from their
 own modules, so this package imports without the ``[llm]`` extra.
 """
 

@@ -24,7 +24,7 @@ TEACHERS: dict[str, Callable[[TeacherNoise], Any]] = {
     "agent_ranking": agent_ranking_teacher,
 }
 
-BACKEND_KINDS = ("scripted", "gemma", "http")
+BACKEND_KINDS = ("scripted", "gemma", "smollm2", "llama", "http")
 
 
 def _scripted(teacher: str = "pair_choice", noise: Mapping[str, float] | None = None) -> Backend:
@@ -55,6 +55,8 @@ def _needs_extra(module: str, cls: str) -> Callable[..., Backend]:
 _BUILDERS = {
     "scripted": _scripted,
     "gemma": _needs_extra("jaxmarl_llm.lm.gemma", "GemmaBackend"),
+    "smollm2": _needs_extra("jaxmarl_llm.lm.llama", "smollm2_backend"),
+    "llama": _needs_extra("jaxmarl_llm.lm.llama", "LlamaBackend"),  # model_path=FILE.gguf
     "http": _needs_extra("jaxmarl_llm.lm.http", "OpenAICompatibleBackend"),
 }
 
@@ -66,7 +68,7 @@ def make_backend(
     cache_mode: str = "use",
     **kwargs: Any,
 ) -> Backend:
-    """A backend of ``kind`` (``scripted`` | ``gemma`` | ``http``), cached in ``store``."""
+    """A backend of ``kind`` (one of ``BACKEND_KINDS``), cached in ``store``."""
     if kind not in _BUILDERS:
         raise ValueError(f"unknown language-model backend {kind!r}; valid: {list(BACKEND_KINDS)}")
     try:

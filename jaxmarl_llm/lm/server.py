@@ -479,7 +479,13 @@ def _gemma() -> Backend:
     return GemmaBackend()
 
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"gemma": _gemma}
+def _smollm2() -> Backend:
+    from jaxmarl_llm.lm.llama import smollm2_backend
+
+    return smollm2_backend()
+
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"gemma": _gemma, "smollm2": _smollm2}
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:

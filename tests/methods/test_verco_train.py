@@ -10,7 +10,6 @@ import jax
 import numpy as np
 import pytest
 
-import envs
 from jaxmarl_llm.config import build_config
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.methods.verco.train import (
@@ -18,6 +17,7 @@ from jaxmarl_llm.methods.verco.train import (
     Decisions,
     Trainer,
     action_prompt,
+    make_salad_env,
     masked_log_pi,
     semi_mdp_advantages,
 )
@@ -93,8 +93,17 @@ def test_resume_gives_the_same_adapter_and_metrics(full_run, tmp_path):
     cfg = tiny_config()
     cfg.resume = str(tmp_path)
     resumed = run_experiment(cfg)
-    drop = {"wall_s", "steps_per_s", "iteration_s", "env_s", "lm_s", "update_s", "text_s",
-            "lm_tokens", "lm_tokens_per_s"}  # the critic cache starts empty on resume
+    drop = {
+        "wall_s",
+        "steps_per_s",
+        "iteration_s",
+        "env_s",
+        "lm_s",
+        "update_s",
+        "text_s",
+        "lm_tokens",
+        "lm_tokens_per_s",
+    }  # the critic cache starts empty on resume
     keep = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]  # noqa: E731
     assert keep(read_rows(tmp_path / "metrics.csv")) == keep(
         read_rows(full_run.run_dir / "metrics.csv")
@@ -125,11 +134,11 @@ def test_semi_mdp_returns_of_a_scripted_sequence():
 
 def test_rollout_asks_the_model_only_for_agents_with_a_choice():
     cfg = tiny_config(name="lm_zero_shot", messages="none", num_steps=12)
-    trainer = Trainer(cfg, envs.make("salad:A"))
+    trainer = Trainer(cfg, make_salad_env(cfg))
     asked = []
     score = trainer.policy.score_prompts
-    trainer.policy.score_prompts = lambda lora, prompts, clock: asked.extend(prompts) or score(
-        lora, prompts, clock
+    trainer.policy.score_prompts = lambda lora, prompts, clock: (
+        asked.extend(prompts) or score(lora, prompts, clock)
     )
     decisions, _, after = trainer.rollout(trainer.init(0), 0, 0, Clock())
     assert all(avail.sum() > 1 for avail in decisions.avail)
@@ -141,7 +150,7 @@ def test_rollout_asks_the_model_only_for_agents_with_a_choice():
 def test_ppo_moves_probability_to_the_rewarded_action():
     cfg = tiny_config(name="twosome", messages="none", actor_lr=3e-3, critic_lr=1e-3,
                       target_kl=None, update_epochs=2)  # fmt: skip
-    trainer = Trainer(cfg, envs.make("salad:A"))
+    trainer = Trainer(cfg, make_salad_env(cfg))
     state = trainer.init(0)
     prompt = action_prompt("Task: tomato salad. You hold nothing.", "")
     avail = np.zeros(trainer.policy.num_actions, bool)

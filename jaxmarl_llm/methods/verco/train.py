@@ -28,8 +28,9 @@ Both agents share the adapter and the value head (their prompts differ).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ import optax
 from omegaconf import DictConfig, OmegaConf
 
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.lm.lora import LoraAdapter, init_lora
+from jaxmarl_llm.lm.lora import init_lora
 from jaxmarl_llm.methods.verco.losses import ppo_loss
 from jaxmarl_llm.methods.verco.models import PolicyModel, check_model_name, load_policy_model
 from jaxmarl_llm.methods.verco.policy import (
@@ -287,22 +288,7 @@ class LMPolicy:
         self.word_counts = np.array([len(p.split()) for p in phrases], np.float32)
         self.features: dict[str, np.ndarray] = {}  # frozen-base critic input, by prompt
         self.token_ids: dict[str, list[int]] = {}
-        lm, norm = model.lm, str(algo.normalization)
-
-        def score(lora, tokens, valid):
-            n = tokens.shape[0]
-            log_pi, _ = action_log_probs(
-                lm, model.params, lora, tokens, valid,
-                jnp.broadcast_to(self.cand_tokens, (n, *self.cand_tokens.shape)),
-                jnp.broadcast_to(self.cand_valid, (n, *self.cand_valid.shape)),
-                jnp.ones((n, self.num_actions), bool), norm,
-                jnp.broadcast_to(self.word_counts, (n, self.num_actions)),
-            )  # fmt: skip
-            return log_pi
-
-        self._score = jax.jit(score)
-        self._features = jax.jit(lambda t, v: prompt_features(lm, model.params, t, v))
-        self._values = jax.jit(lambda p, f: self.value_head.apply(p, f))
+        self.normalization = str(algo.normalization)
 
     # -- text to tokens --
     def tokens_of(self, prompt: str) -> list[int]:
@@ -341,21 +327,105 @@ class LMPolicy:
 
     def score_prompts(self, lora, prompts: list[str], clock: Clock) -> dict[str, np.ndarray]:
         """``log pi`` over every action ``[A]`` (all available) of each prompt."""
-        rows = self._fixed_batches(prompts, lambda t, v: self._score(lora, t, v), clock)
+        m = self.model
+
+        def score(tokens, valid):
+            return score_all_actions(
+                m.lm, self.normalization, m.params, lora, tokens, valid,
+                self.cand_tokens, self.cand_valid, self.word_counts,
+            )  # fmt: skip
+
+        rows = self._fixed_batches(prompts, score, clock)
         return dict(zip(prompts, rows, strict=True))
+
+    def _base_features(self, tokens, valid):
+        return base_features(self.model.lm, self.model.params, tokens, valid)
 
     def values(self, value_params, prompts: list[str], clock: Clock) -> np.ndarray:
         missing = list(dict.fromkeys(p for p in prompts if p not in self.features))
         if missing:
             self.features.update(
-                zip(missing, self._fixed_batches(missing, self._features, clock), strict=True)
+                zip(missing, self._fixed_batches(missing, self._base_features, clock), strict=True)
             )
         feats = np.stack([self.features[p] for p in prompts])
         t0 = time.perf_counter()
         pad = (-len(prompts)) % self.rows  # fixed batch size: one program, same result per row
-        out = np.asarray(self._values(value_params, np.pad(feats, ((0, pad), (0, 0)))))
+        feats = np.pad(feats, ((0, pad), (0, 0)))
+        out = np.asarray(head_values(self.value_head, value_params, feats))
         clock.lm_s += time.perf_counter() - t0
         return out[: len(prompts)].astype(np.float64)
+
+
+def _tile(x: np.ndarray, rows: int) -> jax.Array:
+    return jnp.broadcast_to(x, (rows, *x.shape))
+
+
+# The device functions take the model as a static argument and its parameters as
+# arguments (not as constants folded into the program), so every trainer of one model in
+# a process shares their compiled programs.
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def score_all_actions(lm, normalization, base_params, lora, tokens, valid, cand_tokens,
+                      cand_valid, word_counts):  # fmt: skip
+    """``log pi`` ``[N, A]`` of every prompt over all actions (as if all were available)."""
+    n = tokens.shape[0]
+    log_pi, _ = action_log_probs(
+        lm, base_params, lora, tokens, valid, _tile(cand_tokens, n), _tile(cand_valid, n),
+        jnp.ones((n, cand_tokens.shape[0]), bool), normalization, _tile(word_counts, n),
+    )  # fmt: skip
+    return log_pi
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def base_features(lm, base_params, tokens, valid):
+    return prompt_features(lm, base_params, tokens, valid)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def head_values(head, params, features):
+    return head.apply(params, features)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def ppo_grad(lm, head, settings, base_params, trainable, batch, cand_tokens, cand_valid,
+             word_counts):  # fmt: skip
+    """Loss, stats and gradient for ``trainable`` (``lora``, ``value``) on one minibatch;
+    ``settings``: ``(normalization, clip_eps, value_coef, entropy_coef)``."""
+    normalization, clip_eps, value_coef, entropy_coef = settings
+
+    def loss(trainable):
+        n = batch["tokens"].shape[0]
+        log_pi, _ = action_log_probs(
+            lm, base_params, trainable["lora"], batch["tokens"], batch["valid"],
+            _tile(cand_tokens, n), _tile(cand_valid, n), batch["avail"], normalization,
+            _tile(word_counts, n),
+        )  # fmt: skip
+        values = head.apply(trainable["value"], batch["features"])
+        adv = batch["advantages"]
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        return ppo_loss(log_pi, batch["actions"], batch["log_probs"], adv, values,
+                        batch["values"], batch["returns"], clip_eps, value_coef,
+                        entropy_coef)  # fmt: skip
+
+    return jax.value_and_grad(loss, has_aux=True)(trainable)
+
+
+@functools.cache
+def optimizer(actor_lr: float, critic_lr: float, max_grad_norm: float):
+    """Adam on the adapter (``actor_lr``) and on the value head (``critic_lr``), each with
+    its own gradient clipping, as TWOSOME's two optimisers; one object per setting, so
+    :func:`apply_updates` compiles once."""
+    clipped_adam = lambda lr: optax.chain(optax.clip_by_global_norm(max_grad_norm),  # noqa: E731
+                                          optax.adam(lr))  # fmt: skip
+    return optax.multi_transform(
+        {"actor": clipped_adam(actor_lr), "critic": clipped_adam(critic_lr)},
+        {"lora": "actor", "value": "critic"},
+    )
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def apply_updates(opt, trainable, opt_state, grads):
+    updates, opt_state = opt.update(grads, opt_state, trainable)
+    return optax.apply_updates(trainable, updates), opt_state
 
 
 def masked_log_pi(log_pi_all: np.ndarray, avail: np.ndarray) -> np.ndarray:
@@ -373,6 +443,7 @@ def entropy(log_pi: np.ndarray) -> float:
 # ----- the env on the device -----------------------------------------------------------------
 
 
+@functools.cache
 def env_functions(env):
     """Jitted, env-vmapped ``reset(keys)``, ``avail(states) -> [E, 2, A]`` and
     ``step(keys, states, actions [E, 2]) -> (states, reward, done, success, length)`` with
@@ -411,17 +482,8 @@ class Trainer:
         self.messages = messages or MESSAGE_SOURCES[self.algo.messages](self.model, self.algo)
         self.trains = self.algo.name != "lm_zero_shot"
         self.reset, self.avail, self.step = env_functions(env)
-        self.optimizer = optax.multi_transform(
-            {
-                "actor": optax.chain(optax.clip_by_global_norm(self.algo.max_grad_norm),
-                                     optax.adam(self.algo.actor_lr)),
-                "critic": optax.chain(optax.clip_by_global_norm(self.algo.max_grad_norm),
-                                      optax.adam(self.algo.critic_lr)),
-            },  # fmt: skip
-            {"lora": "actor", "value": "critic"},
-        )
-        self._grad = jax.jit(jax.value_and_grad(self._loss, has_aux=True))
-        self._apply = jax.jit(self._apply_updates)
+        self.optimizer = optimizer(float(self.algo.actor_lr), float(self.algo.critic_lr),
+                                   float(self.algo.max_grad_norm))  # fmt: skip
 
     @property
     def steps_per_iteration(self) -> int:
@@ -549,28 +611,11 @@ class Trainer:
         clock.text_s += time.perf_counter() - t0
 
     # -- update --
-    def _loss(self, trainable, batch):
-        p = self.policy
-        n = batch["tokens"].shape[0]
-        log_pi, _ = action_log_probs(
-            self.model.lm, self.model.params, trainable["lora"], batch["tokens"], batch["valid"],
-            jnp.broadcast_to(p.cand_tokens, (n, *p.cand_tokens.shape)),
-            jnp.broadcast_to(p.cand_valid, (n, *p.cand_valid.shape)),
-            batch["avail"], str(self.algo.normalization),
-            jnp.broadcast_to(p.word_counts, (n, p.num_actions)),
-        )  # fmt: skip
-        values = p.value_head.apply(trainable["value"], batch["features"])
-        adv = batch["advantages"]
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        return ppo_loss(
-            log_pi, batch["actions"], batch["log_probs"], adv, values, batch["values"],
-            batch["returns"], float(self.algo.clip_eps), float(self.algo.value_coef),
-            float(self.algo.entropy_coef),
-        )  # fmt: skip
-
-    def _apply_updates(self, trainable, opt_state, grads):
-        updates, opt_state = self.optimizer.update(grads, opt_state, trainable)
-        return optax.apply_updates(trainable, updates), opt_state
+    def _grad(self, trainable, batch):
+        p, a = self.policy, self.algo
+        settings = (p.normalization, float(a.clip_eps), float(a.value_coef), float(a.entropy_coef))
+        return ppo_grad(self.model.lm, p.value_head, settings, self.model.params, trainable,
+                        batch, p.cand_tokens, p.cand_valid, p.word_counts)  # fmt: skip
 
     def update(self, state: TrainState, decisions: Decisions, seed_index: int, iteration: int,
                clock: Clock) -> tuple[TrainState, dict]:  # fmt: skip
@@ -605,7 +650,7 @@ class Trainer:
             for start in range(0, len(order), size):
                 batch = {k: v[order[start : start + size]] for k, v in data.items()}
                 (_, info), grads = self._grad(trainable, batch)
-                trainable, opt_state = self._apply(trainable, opt_state, grads)
+                trainable, opt_state = apply_updates(self.optimizer, trainable, opt_state, grads)
                 stats.append(jax.device_get(info))
             if self.algo.target_kl is not None and stats[-1]["approx_kl"] > self.algo.target_kl:
                 break
@@ -648,8 +693,16 @@ class Trainer:
 TIME_SPLIT = ("env_s", "lm_s", "update_s", "text_s")
 
 
-def make_salad_env(cfg: DictConfig):
+@functools.cache
+def salad_env(name: str, kwargs_json: str):
+    """One kitchen per name and kwargs in a process, so that runs share its compiled
+    functions (keyed by the env object)."""
     import envs
+
+    return envs.make(name, **json.loads(kwargs_json))
+
+
+def make_salad_env(cfg: DictConfig):
 
     if not str(cfg.env.name).startswith("salad:"):
         raise ConfigError(
@@ -658,7 +711,7 @@ def make_salad_env(cfg: DictConfig):
         )
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     try:
-        return envs.make(cfg.env.name, **kwargs)
+        return salad_env(str(cfg.env.name), json.dumps(kwargs, sort_keys=True))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"bad value for config key 'env.kwargs' ({kwargs}): {e}") from e
 
@@ -729,8 +782,14 @@ def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyMode
             if done % int(cfg.checkpoint_every) == 0 or done == trainer.iterations:
                 save_checkpoint(mgr, done, _checkpoint_tree(states))
             r = rows[-1]
-            log.info("iteration %d/%d: return %.3g, win %.2f, %.1f steps/s", done,
-                     trainer.iterations, r["episode_return"], r["win_rate"], r["steps_per_s"])
+            log.info(
+                "iteration %d/%d: return %.3g, win %.2f, %.1f steps/s",
+                done,
+                trainer.iterations,
+                r["episode_return"],
+                r["win_rate"],
+                r["steps_per_s"],
+            )
             if on_iteration is not None:
                 on_iteration(done, states, rows)
     except BaseException:

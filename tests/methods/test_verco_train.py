@@ -103,7 +103,9 @@ def test_resume_gives_the_same_adapter_and_metrics(full_run, tmp_path):
         "text_s",
         "lm_tokens",
         "lm_tokens_per_s",
-    }  # the critic cache starts empty on resume
+        "update_tokens_per_s",
+        "rollout_steps_per_s",
+    }  # timings, and the model work of a critic cache that starts empty on resume
     keep = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]  # noqa: E731
     assert keep(read_rows(tmp_path / "metrics.csv")) == keep(
         read_rows(full_run.run_dir / "metrics.csv")

@@ -260,7 +260,8 @@ class Clock:
     lm_s: float = 0.0
     update_s: float = 0.0
     text_s: float = 0.0
-    lm_tokens: int = 0
+    lm_tokens: int = 0  # token positions the rollout's model calls ran (scoring, critic)
+    update_tokens: int = 0  # prompt and candidate positions of the update's minibatches
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -285,6 +286,7 @@ class LMPolicy:
         tokens, valid, _ = pack_candidates([cand_ids], self.num_actions, self.cand_len,
                                            self.tokenizer.pad_id)  # fmt: skip
         self.cand_tokens, self.cand_valid = tokens[0], valid[0]
+        self.cand_size = int(self.cand_valid.sum())  # candidate positions per prompt
         self.word_counts = np.array([len(p.split()) for p in phrases], np.float32)
         self.features: dict[str, np.ndarray] = {}  # frozen-base critic input, by prompt
         self.token_ids: dict[str, list[int]] = {}
@@ -321,7 +323,7 @@ class LMPolicy:
             t0 = time.perf_counter()
             result = np.asarray(fn(tokens, valid))
             clock.lm_s += time.perf_counter() - t0
-            clock.lm_tokens += int(valid.sum()) + self.rows * self.num_actions * self.cand_len
+            clock.lm_tokens += int(valid.sum()) + self.rows * self.cand_size
             out.extend(result[: len(chunk)])
         return out
 
@@ -652,10 +654,10 @@ class Trainer:
                 (_, info), grads = self._grad(trainable, batch)
                 trainable, opt_state = apply_updates(self.optimizer, trainable, opt_state, grads)
                 stats.append(jax.device_get(info))
+                clock.update_tokens += int(batch["valid"].sum()) + size * self.policy.cand_size
             if self.algo.target_kl is not None and stats[-1]["approx_kl"] > self.algo.target_kl:
                 break
         clock.update_s += time.perf_counter() - t0
-        clock.lm_tokens += int(valid.sum()) * int(self.algo.update_epochs)
         means = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
         return TrainState(state, lora=trainable["lora"], value=trainable["value"],
                           opt=opt_state), means  # fmt: skip
@@ -665,6 +667,7 @@ class Trainer:
         clock = Clock()
         t0 = time.perf_counter()
         decisions, episodes, state = self.rollout(state, seed_index, iteration, clock)
+        rollout_s = time.perf_counter() - t0
         losses = {}
         if self.trains:
             state, losses = self.update(state, decisions, seed_index, iteration, clock)
@@ -683,7 +686,9 @@ class Trainer:
             "clip_frac": losses.get("clip_frac", nan),
             "iteration_s": wall,
             **clock.as_dict(),
-            "lm_tokens_per_s": clock.lm_tokens / max(clock.lm_s + clock.update_s, 1e-9),
+            "rollout_steps_per_s": self.steps_per_iteration / rollout_s,
+            "lm_tokens_per_s": clock.lm_tokens / clock.lm_s if clock.lm_s else nan,
+            "update_tokens_per_s": clock.update_tokens / clock.update_s if clock.update_s else nan,
         }
         return state, metrics
 
@@ -760,7 +765,7 @@ def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyMode
         states = _from_checkpoint(tree, seeds)
     timings.compile_s = time.perf_counter() - t0
     records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
-    split = dict.fromkeys(TIME_SPLIT, 0.0) | {"lm_tokens": 0}
+    split = dict.fromkeys(TIME_SPLIT, 0.0) | {"lm_tokens": 0, "update_tokens": 0}
     try:
         while done < trainer.iterations:
             t_iter = time.perf_counter()
@@ -802,12 +807,14 @@ def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyMode
         mgr.close()
         records.finish()
     summary = run_summary(cfg, run_dir, done * trainer.steps_per_iteration, timings)
-    lm_seconds = split["lm_s"] + split["update_s"]
     summary |= {
         "model": trainer.model.name,
         "iterations": done,
         "time_split_s": {k: split[k] for k in TIME_SPLIT},
-        "lm_tokens_per_s": split["lm_tokens"] / lm_seconds if lm_seconds else None,
+        "lm_tokens_per_s": split["lm_tokens"] / split["lm_s"] if split["lm_s"] else None,
+        "update_tokens_per_s": (
+            split["update_tokens"] / split["update_s"] if split["update_s"] else None
+        ),
         "critic_prompts_cached": len(trainer.policy.features),
     }
     write_summary(run_dir, summary)

@@ -737,11 +737,11 @@ def _from_checkpoint(tree: dict, num_seeds: int) -> list[TrainState]:
 
 def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyModel | None = None):
     """Train (or, for ``lm_zero_shot``, only roll out) ``cfg`` into its run folder, or
-    continue ``cfg.resume``; one metrics row per iteration, a checkpoint of every seed's
-    adapter, value head, optimiser and kitchens every ``checkpoint_every`` iterations and
-    at the end. ``on_iteration(done, states, rows)`` is called after each iteration is
-    logged and checkpointed (tests interrupt runs with it); ``model`` replaces
-    ``algo.model``'s (tests)."""
+    continue ``cfg.resume``; one metrics row per iteration (``log_every`` is not read), a
+    checkpoint of every seed's adapter, value head, optimiser and kitchens every
+    ``checkpoint_every`` iterations and at the end. ``on_iteration(done, states, rows)``
+    is called after each iteration is logged and checkpointed (tests interrupt runs with
+    it); ``model`` replaces ``algo.model``'s."""
     from jaxmarl_llm.plotting import plot_run
     from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
     from jaxmarl_llm.runner.comparisons import run_comparisons
@@ -750,6 +750,12 @@ def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyMode
     from jaxmarl_llm.runner.resume import new_run_dir, resolve_resume
 
     cfg, _ = resolve_resume(cfg)
+    if cfg.eval.every:
+        raise ConfigError(
+            f"config key 'eval.every' is {cfg.eval.every}, but algo.name={cfg.algo.name} has no "
+            "greedy evaluation between iterations: its metrics are the rollouts' episodes "
+            "(lm_zero_shot is the untrained model's); set eval.every=0"
+        )
     env = make_salad_env(cfg)
     trainer = Trainer(cfg, env, model)  # a model that does not load stops before the folder
     run_dir = Path(cfg.resume) if cfg.resume else new_run_dir(cfg)

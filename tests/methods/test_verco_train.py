@@ -15,6 +15,7 @@ from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.methods.verco.train import (
     Clock,
     Decisions,
+    TeammateObservation,
     Trainer,
     action_prompt,
     make_salad_env,
@@ -193,3 +194,14 @@ def test_a_bad_model_names_the_problem(model, words):
         tiny_config(model=model)
     for word in words:
         assert word in str(err.value)
+
+
+def test_teammate_observation_message_reaches_the_prompt():
+    seen = "Task: tomato salad. You hold raw onion. You see empty plate. Actions: wait; chop."
+    (message,) = TeammateObservation().messages([seen])
+    assert message == "I hold raw onion. I see empty plate"
+    prompt = action_prompt("Task: tomato salad. You hold nothing. Actions: wait.", message)
+    assert prompt == (
+        'Task: tomato salad. You hold nothing. Your teammate says: "I hold raw onion. I see '
+        'empty plate". To make the salad, you should'
+    )

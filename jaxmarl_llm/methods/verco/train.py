@@ -159,8 +159,9 @@ class TeammateObservation:
         out = []
         for text in obs_texts:
             sentences = [s for s in text.split(". ") if s.startswith(("You hold", "You see"))]
-            words = " ".join(sentences).replace("You hold", "I hold").replace("You see", "I see")
-            out.append(" ".join(words.rstrip(".").split()[: self.max_words]))
+            said = ". ".join(s.rstrip(".") for s in sentences)
+            said = said.replace("You hold", "I hold").replace("You see", "I see")
+            out.append(" ".join(said.split()[: self.max_words]))
         return out
 
 

@@ -254,14 +254,17 @@ class Decisions:
 
 @dataclass
 class Clock:
-    """Seconds spent on the env (device), the LM (scoring, critic features, update) and
-    host text (observations, prompts, tokenizing, bookkeeping)."""
+    """Seconds spent on the env (device), the LM in the rollout (action scoring, critic
+    prefill and value head), the PPO update, and host text (observations, prompts,
+    tokenizing, bookkeeping)."""
 
     env_s: float = 0.0
     lm_s: float = 0.0
     update_s: float = 0.0
     text_s: float = 0.0
-    lm_tokens: int = 0  # token positions the rollout's model calls ran (scoring, critic)
+    # real token positions the rollout's model calls ran (prompts, and candidates where
+    # scored), batch-filling copies included
+    lm_tokens: int = 0
     update_tokens: int = 0  # prompt and candidate positions of the update's minibatches
 
     def as_dict(self) -> dict:
@@ -310,7 +313,9 @@ class LMPolicy:
         return pack_prompts([self.tokens_of(p) for p in prompts], self.cfg.max_prompt_tokens,
                             self.tokenizer.pad_id)  # fmt: skip
 
-    def _fixed_batches(self, prompts: list[str], fn, clock: Clock) -> list[np.ndarray]:
+    def _fixed_batches(
+        self, prompts: list[str], fn, clock: Clock, scores_candidates: bool
+    ) -> list[np.ndarray]:
         """``fn(tokens, valid)`` over ``prompts`` in batches of ``self.rows`` (the last
         padded with copies of the first prompt), so one program serves every call and a
         prompt's result does not depend on what it was batched with."""
@@ -324,7 +329,7 @@ class LMPolicy:
             t0 = time.perf_counter()
             result = np.asarray(fn(tokens, valid))
             clock.lm_s += time.perf_counter() - t0
-            clock.lm_tokens += int(valid.sum()) + self.rows * self.cand_size
+            clock.lm_tokens += int(valid.sum()) + scores_candidates * self.rows * self.cand_size
             out.extend(result[: len(chunk)])
         return out
 
@@ -338,7 +343,7 @@ class LMPolicy:
                 self.cand_tokens, self.cand_valid, self.word_counts,
             )  # fmt: skip
 
-        rows = self._fixed_batches(prompts, score, clock)
+        rows = self._fixed_batches(prompts, score, clock, scores_candidates=True)
         return dict(zip(prompts, rows, strict=True))
 
     def _base_features(self, tokens, valid):
@@ -348,7 +353,11 @@ class LMPolicy:
         missing = list(dict.fromkeys(p for p in prompts if p not in self.features))
         if missing:
             self.features.update(
-                zip(missing, self._fixed_batches(missing, self._base_features, clock), strict=True)
+                zip(
+                    missing,
+                    self._fixed_batches(missing, self._base_features, clock, False),
+                    strict=True,
+                )
             )
         feats = np.stack([self.features[p] for p in prompts])
         t0 = time.perf_counter()

@@ -6,6 +6,9 @@ block (a dataclass named by ``schema``), ``check_config(cfg)`` (a ConfigError na
 key) and ``make_learner(cfg, env, shaper) -> Learner``. Modules are imported when an
 algorithm is first used, so one learner's dependencies do not load the others'.
 
+An algorithm with ``host_loop=True`` instead defines ``run(cfg) -> RunResult``, its own
+loop over the run (the runner hands it the whole run).
+
 Adding a learner is one module and one ``AlgoSpec`` in ``ALGORITHMS`` below (or, from
 outside the package, one ``register_algorithm`` call).
 """
@@ -31,6 +34,9 @@ class AlgoSpec:
     # algo keys that, when true, anneal the learning rate to 0 at the budget: a run with
     # one of them set cannot be extended to a larger budget
     budget_annealed_lr: tuple[str, ...] = ()
+    # trained by the module's own host loop, ``run(cfg) -> RunResult`` (language-model
+    # policies that read text between env steps), not by a jitted Learner
+    host_loop: bool = False
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -41,6 +47,7 @@ class AlgoSpec:
 
 _PPO = "jaxmarl_llm.learners.ppo"
 _Q = "jaxmarl_llm.learners.qlearning"
+_VERCO = "jaxmarl_llm.methods.verco.train"
 
 ALGORITHMS: dict[str, AlgoSpec] = {
     spec.name: spec
@@ -57,6 +64,13 @@ ALGORITHMS: dict[str, AlgoSpec] = {
                  budget_annealed_lr=("lr_linear_decay",)),
         AlgoSpec("maddpg", "jaxmarl_llm.learners.maddpg", "MADDPGConfig",
                  "Gumbel-softmax actors, centralized critics"),
+        AlgoSpec("verco", _VERCO, "VercoConfig", "LM policy, LoRA actor trained by PPO on "
+                 "action scores, teammate messages in the prompt", collects=False,
+                 host_loop=True),
+        AlgoSpec("twosome", _VERCO, "VercoConfig", "LM policy, LoRA actor trained by PPO "
+                 "on action scores, no messages", collects=False, host_loop=True),
+        AlgoSpec("lm_zero_shot", _VERCO, "VercoConfig", "the base LM's action scores, not "
+                 "trained", collects=False, host_loop=True),
         AlgoSpec("happo", "jaxmarl_llm.learners.happo", "HAPPOConfig", "PPO actor per "
                  "agent, updated in a random sequence; critic on the world state",
                  budget_annealed_lr=("anneal_lr",)),

@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 from omegaconf import DictConfig
 
 from jaxmarl_llm.config import to_yaml
-from jaxmarl_llm.learners import run_chunk
+from jaxmarl_llm.learners import algo_spec, run_chunk
 from jaxmarl_llm.learners.base import check_train_state
 from jaxmarl_llm.plotting import plot_run
 from jaxmarl_llm.runner.build import make_env, make_shaper_and_learner, seed_keys
@@ -118,6 +118,9 @@ def run_experiment(
     ``on_chunk(updates_done, state, rows)`` is called after each chunk is logged and
     checkpointed (tests use it to interrupt a run).
     """
+    spec = algo_spec(cfg.algo.name)
+    if spec.host_loop:
+        return spec.load().run(cfg, on_chunk)
     cfg, extended_from = resolve_resume(cfg)
     # a bad env kwarg stops the run before its folder is written (the algo block was
     # checked when the config was built)

@@ -1,0 +1,844 @@
+"""The RL stage of Verco's Algorithm 1 (and TWOSOME, and the untrained LM) on the salad
+kitchen: a host loop around a language-model policy.
+
+Each iteration, per seed: roll out ``num_envs`` kitchens for ``num_steps`` steps (env
+reset and step jitted and vmapped; the text in between on the host), then, unless the
+variant is ``lm_zero_shot``, a PPO update of the action adapter (LoRA) and the value head.
+
+Per step, an agent *decides* only where more than one action is available: while its
+macro-action runs (or where only "wait" is left) its one action is taken without asking
+the model. A deciding agent's prompt is its observation text, its teammate's message (a
+:class:`MessageSource`) and TWOSOME's cue, "you should"; the candidates are the action
+phrases, scored by :func:`~jaxmarl_llm.methods.verco.policy.action_log_probs` in one
+jitted batch over the distinct prompts of the step, each prompt scored once per rollout
+(the adapter is fixed during it). The critic is :class:`ValueHead` on the frozen base's
+:func:`prompt_features`, cached by prompt text for the whole run.
+
+Semi-MDP bookkeeping (:func:`semi_mdp_advantages`): an agent's decisions are its
+transitions. Decision ``j`` at step ``t_j`` earns the discounted team rewards up to its
+next decision, ``R_j = sum_{t_j <= t < t_{j+1}} gamma^(t - t_j) r_t``, and bootstraps with
+``gamma^(t_{j+1} - t_j) V(next decision)``; the forced steps in between carry no policy
+gradient and no value target of their own. An episode's end cuts the sum there (no
+bootstrap); the rollout's end bootstraps with the value of the agent's prompt after the
+last step. GAE runs over decisions with ``lambda`` per decision.
+
+Both agents share the adapter and the value head (their prompts differ).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from omegaconf import DictConfig, OmegaConf
+
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.lm.lora import init_lora
+from jaxmarl_llm.methods.verco.losses import ppo_loss
+from jaxmarl_llm.methods.verco.models import PolicyModel, check_model_name, load_policy_model
+from jaxmarl_llm.methods.verco.policy import (
+    NORMALIZATIONS,
+    ValueHead,
+    action_log_probs,
+    pack_candidates,
+    pack_prompts,
+    prompt_features,
+)
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("verco", "twosome", "lm_zero_shot")
+PROMPT_CUE = "To make the salad, you should"
+
+
+@dataclass
+class VercoConfig:
+    """The ``algo`` block of ``verco``, ``twosome`` and ``lm_zero_shot``."""
+
+    name: str = "verco"
+    model: str = "smollm2"  # smollm2 | gemma3_270m | tiny | a .gguf path
+    # teammate messages: "none", "teammate_observation" or a registered MessageSource
+    messages: str = "none"
+    total_timesteps: int = 2048  # env steps per seed
+    num_envs: int = 4
+    num_steps: int = 32  # rollout length per iteration
+    update_epochs: int = 1
+    minibatch_size: int = 16  # decisions per PPO minibatch
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    # TWOSOME uses 5e-7 / 5e-5 on a 7B model over 5e5 steps; a 135M adapter on a CPU
+    # budget of a few thousand steps needs a larger actor step
+    actor_lr: float = 1e-4
+    critic_lr: float = 5e-5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = 0.02  # stop the update's epochs past this KL (TWOSOME)
+    normalization: str = "word"  # candidate score: sum of token log-probs / word count
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q", "v"])
+    value_hidden: list[int] = field(default_factory=lambda: [1024, 512])
+    max_prompt_tokens: int = 96
+
+
+def check_config(cfg) -> None:
+    if cfg.name not in VARIANTS:
+        raise ConfigError(f"bad value for config key 'algo.name': {cfg.name!r}")
+    check_model_name(str(cfg.model))
+    if cfg.normalization not in NORMALIZATIONS:
+        raise ConfigError(
+            f"bad value for config key 'algo.normalization': {cfg.normalization!r}; "
+            f"valid choices: {', '.join(NORMALIZATIONS)}"
+        )
+    if cfg.messages not in MESSAGE_SOURCES:
+        raise ConfigError(
+            f"bad value for config key 'algo.messages': {cfg.messages!r}; valid choices: "
+            f"{', '.join(MESSAGE_SOURCES)} (a message module adds itself with "
+            "register_message_source)"
+        )
+    if cfg.name == "verco" and cfg.messages == "none":
+        raise ConfigError(
+            "config key 'algo.messages' is 'none' but algo.name=verco exchanges messages; "
+            "use algo.name=twosome for agents without messages"
+        )
+    for key in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "minibatch_size",
+                "lora_rank", "max_prompt_tokens"):  # fmt: skip
+        if getattr(cfg, key) <= 0:
+            raise ConfigError(f"bad value for config key 'algo.{key}': must be > 0")
+    if cfg.total_timesteps < cfg.num_envs * cfg.num_steps:
+        raise ConfigError(
+            f"bad value for config key 'algo.total_timesteps': {cfg.total_timesteps} is less "
+            f"than one iteration (num_envs * num_steps = {cfg.num_envs * cfg.num_steps})"
+        )
+
+
+def make_learner(cfg, env, shaper):
+    raise ConfigError(
+        f"algo.name={cfg.name} trains in its own host loop (jaxmarl_llm.methods.verco.train.run), "
+        "not as a jitted Learner"
+    )
+
+
+# ----- messages ----------------------------------------------------------------------------
+
+
+class MessageSource(Protocol):
+    """What an agent tells its teammate, from the agent's own observation text."""
+
+    def messages(self, obs_texts: list[str]) -> list[str]: ...
+
+
+class NoMessages:
+    """TWOSOME: agents say nothing."""
+
+    def messages(self, obs_texts: list[str]) -> list[str]:
+        return [""] * len(obs_texts)
+
+
+class TeammateObservation:
+    """The teammate's own view in its words (its holding and what it sees, first ``max_words``
+    words): the message a team without a trained message adapter can exchange."""
+
+    def __init__(self, max_words: int = 16):
+        self.max_words = max_words
+
+    def messages(self, obs_texts: list[str]) -> list[str]:
+        out = []
+        for text in obs_texts:
+            sentences = [s for s in text.split(". ") if s.startswith(("You hold", "You see"))]
+            said = ". ".join(s.rstrip(".") for s in sentences)
+            said = said.replace("You hold", "I hold").replace("You see", "I see")
+            out.append(" ".join(said.split()[: self.max_words]))
+        return out
+
+
+MESSAGE_SOURCES: dict[str, Callable[[PolicyModel, Any], MessageSource]] = {
+    "none": lambda model, cfg: NoMessages(),
+    "teammate_observation": lambda model, cfg: TeammateObservation(),
+}
+
+
+def register_message_source(name: str, factory: Callable[[PolicyModel, Any], MessageSource]):
+    """Make ``algo.messages=name`` build ``factory(policy_model, algo_cfg)``."""
+    if name in MESSAGE_SOURCES:
+        raise ValueError(f"message source {name!r} is already registered")
+    MESSAGE_SOURCES[name] = factory
+
+
+def action_prompt(observation: str, message: str) -> str:
+    """TWOSOME-style prompt: the observation without its action list, the teammate's
+    message, and the cue the action phrases continue."""
+    seen = observation.split(" Actions:")[0].split(" You are busy")[0]
+    said = f' Your teammate says: "{message}".' if message else ""
+    return f"{seen}{said} {PROMPT_CUE}"
+
+
+# ----- semi-MDP returns --------------------------------------------------------------------
+
+
+def semi_mdp_advantages(
+    decision_steps: Sequence[int],
+    values: Sequence[float],
+    rewards: np.ndarray,
+    dones: np.ndarray,
+    last_value: float,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """GAE advantages and returns ``[n]`` of one agent's ``n`` decisions in one rollout.
+
+    ``decision_steps``: increasing rollout steps at which the agent chose;
+    ``values``: the critic at each decision; ``rewards``, ``dones`` ``[T]``: the team's
+    reward and episode end of every step (the step's transition); ``last_value``: the
+    critic after step ``T - 1`` (used where the last decision's episode is still running).
+    """
+    steps = list(decision_steps)
+    n, horizon = len(steps), len(rewards)
+    advantages = np.zeros(n, np.float64)
+    gae = 0.0
+    for j in reversed(range(n)):
+        end = steps[j + 1] if j + 1 < n else horizon
+        segment_return, discount, terminal = 0.0, 1.0, False
+        for t in range(steps[j], end):
+            segment_return += discount * float(rewards[t])
+            discount *= gamma
+            if dones[t]:
+                terminal = True
+                break
+        if terminal:
+            next_value, discount, gae = 0.0, 0.0, 0.0
+        else:
+            next_value = values[j + 1] if j + 1 < n else last_value
+            if j + 1 == n:
+                gae = 0.0
+        delta = segment_return + discount * next_value - values[j]
+        gae = delta + discount * lam * gae
+        advantages[j] = gae
+    return advantages, advantages + np.asarray(values, np.float64)
+
+
+# ----- the policy's device functions -------------------------------------------------------
+
+
+class TrainState(dict):
+    """Per seed: ``lora``, ``value`` (head params), ``opt`` (optimiser state), ``env``
+    (the kitchens' states), ``episode_return`` and ``episode_length`` ``[E]`` so far."""
+
+
+@dataclass
+class Decisions:
+    """One iteration's decisions of every agent, flat."""
+
+    prompts: list[str] = field(default_factory=list)
+    avail: list[np.ndarray] = field(default_factory=list)
+    actions: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)  # of the policy at each decision
+    values: list[float] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Clock:
+    """Seconds spent on the env (device), the LM in the rollout (action scoring, critic
+    prefill and value head), the PPO update, and host text (observations, prompts,
+    tokenizing, bookkeeping)."""
+
+    env_s: float = 0.0
+    lm_s: float = 0.0
+    update_s: float = 0.0
+    text_s: float = 0.0
+    # real token positions the rollout's model calls ran (prompts, and candidates where
+    # scored), batch-filling copies included
+    lm_tokens: int = 0
+    update_tokens: int = 0  # prompt and candidate positions of the update's minibatches
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class LMPolicy:
+    """The model, tokenized candidates, caches and jitted functions a run shares."""
+
+    def __init__(self, algo, env, model: PolicyModel):
+        self.cfg = algo
+        self.env = env
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.value_head = ValueHead(tuple(algo.value_hidden))
+        from envs.salad.text import action_phrases
+
+        phrases = action_phrases(env)
+        self.num_actions = len(phrases)
+        cand_ids = [self.tokenizer.encode(" " + p, add_bos=False) for p in phrases]
+        self.cand_len = max(len(c) for c in cand_ids)
+        self.rows = 2 * int(algo.num_envs)  # every forward runs this many prompts
+        tokens, valid, _ = pack_candidates([cand_ids], self.num_actions, self.cand_len,
+                                           self.tokenizer.pad_id)  # fmt: skip
+        self.cand_tokens, self.cand_valid = tokens[0], valid[0]
+        self.cand_size = int(self.cand_valid.sum())  # candidate positions per prompt
+        self.word_counts = np.array([len(p.split()) for p in phrases], np.float32)
+        self.features: dict[str, np.ndarray] = {}  # frozen-base critic input, by prompt
+        self.token_ids: dict[str, list[int]] = {}
+        self.normalization = str(algo.normalization)
+
+    # -- text to tokens --
+    def tokens_of(self, prompt: str) -> list[int]:
+        ids = self.token_ids.get(prompt)
+        if ids is None:
+            ids = self.tokenizer.encode(prompt, add_bos=True)
+            if len(ids) > self.cfg.max_prompt_tokens:
+                raise ConfigError(
+                    f"a prompt has {len(ids)} tokens, more than config key "
+                    f"'algo.max_prompt_tokens' ({self.cfg.max_prompt_tokens}) allows: {prompt!r}"
+                )
+            self.token_ids[prompt] = ids
+        return ids
+
+    def packed(self, prompts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        return pack_prompts([self.tokens_of(p) for p in prompts], self.cfg.max_prompt_tokens,
+                            self.tokenizer.pad_id)  # fmt: skip
+
+    def _fixed_batches(
+        self, prompts: list[str], fn, clock: Clock, scores_candidates: bool
+    ) -> list[np.ndarray]:
+        """``fn(tokens, valid)`` over ``prompts`` in batches of ``self.rows`` (the last
+        padded with copies of the first prompt), so one program serves every call and a
+        prompt's result does not depend on what it was batched with."""
+        out = []
+        for i in range(0, len(prompts), self.rows):
+            chunk = prompts[i : i + self.rows]
+            padded = chunk + [chunk[0]] * (self.rows - len(chunk))
+            t0 = time.perf_counter()
+            tokens, valid = self.packed(padded)
+            clock.text_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            result = np.asarray(fn(tokens, valid))
+            clock.lm_s += time.perf_counter() - t0
+            clock.lm_tokens += int(valid.sum()) + scores_candidates * self.rows * self.cand_size
+            out.extend(result[: len(chunk)])
+        return out
+
+    def score_prompts(self, lora, prompts: list[str], clock: Clock) -> dict[str, np.ndarray]:
+        """``log pi`` over every action ``[A]`` (all available) of each prompt."""
+        m = self.model
+
+        def score(tokens, valid):
+            return score_all_actions(
+                m.lm, self.normalization, m.params, lora, tokens, valid,
+                self.cand_tokens, self.cand_valid, self.word_counts,
+            )  # fmt: skip
+
+        rows = self._fixed_batches(prompts, score, clock, scores_candidates=True)
+        return dict(zip(prompts, rows, strict=True))
+
+    def _base_features(self, tokens, valid):
+        return base_features(self.model.lm, self.model.params, tokens, valid)
+
+    def values(self, value_params, prompts: list[str], clock: Clock) -> np.ndarray:
+        missing = list(dict.fromkeys(p for p in prompts if p not in self.features))
+        if missing:
+            self.features.update(
+                zip(
+                    missing,
+                    self._fixed_batches(missing, self._base_features, clock, False),
+                    strict=True,
+                )
+            )
+        feats = np.stack([self.features[p] for p in prompts])
+        t0 = time.perf_counter()
+        pad = (-len(prompts)) % self.rows  # fixed batch size: one program, same result per row
+        feats = np.pad(feats, ((0, pad), (0, 0)))
+        out = np.asarray(head_values(self.value_head, value_params, feats))
+        clock.lm_s += time.perf_counter() - t0
+        return out[: len(prompts)].astype(np.float64)
+
+
+def _tile(x: np.ndarray, rows: int) -> jax.Array:
+    return jnp.broadcast_to(x, (rows, *x.shape))
+
+
+# The device functions take the model as a static argument and its parameters as
+# arguments (not as constants folded into the program), so every trainer of one model in
+# a process shares their compiled programs.
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def score_all_actions(lm, normalization, base_params, lora, tokens, valid, cand_tokens,
+                      cand_valid, word_counts):  # fmt: skip
+    """``log pi`` ``[N, A]`` of every prompt over all actions (as if all were available)."""
+    n = tokens.shape[0]
+    log_pi, _ = action_log_probs(
+        lm, base_params, lora, tokens, valid, _tile(cand_tokens, n), _tile(cand_valid, n),
+        jnp.ones((n, cand_tokens.shape[0]), bool), normalization, _tile(word_counts, n),
+    )  # fmt: skip
+    return log_pi
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def base_features(lm, base_params, tokens, valid):
+    return prompt_features(lm, base_params, tokens, valid)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def head_values(head, params, features):
+    return head.apply(params, features)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def ppo_grad(lm, head, settings, base_params, trainable, batch, cand_tokens, cand_valid,
+             word_counts):  # fmt: skip
+    """Loss, stats and gradient for ``trainable`` (``lora``, ``value``) on one minibatch;
+    ``settings``: ``(normalization, clip_eps, value_coef, entropy_coef)``."""
+    normalization, clip_eps, value_coef, entropy_coef = settings
+
+    def loss(trainable):
+        n = batch["tokens"].shape[0]
+        log_pi, _ = action_log_probs(
+            lm, base_params, trainable["lora"], batch["tokens"], batch["valid"],
+            _tile(cand_tokens, n), _tile(cand_valid, n), batch["avail"], normalization,
+            _tile(word_counts, n),
+        )  # fmt: skip
+        values = head.apply(trainable["value"], batch["features"])
+        adv = batch["advantages"]
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        return ppo_loss(log_pi, batch["actions"], batch["log_probs"], adv, values,
+                        batch["values"], batch["returns"], clip_eps, value_coef,
+                        entropy_coef)  # fmt: skip
+
+    return jax.value_and_grad(loss, has_aux=True)(trainable)
+
+
+@functools.cache
+def optimizer(actor_lr: float, critic_lr: float, max_grad_norm: float):
+    """Adam on the adapter (``actor_lr``) and on the value head (``critic_lr``), each with
+    its own gradient clipping, as TWOSOME's two optimisers; one object per setting, so
+    :func:`apply_updates` compiles once."""
+    clipped_adam = lambda lr: optax.chain(optax.clip_by_global_norm(max_grad_norm),  # noqa: E731
+                                          optax.adam(lr))  # fmt: skip
+    return optax.multi_transform(
+        {"actor": clipped_adam(actor_lr), "critic": clipped_adam(critic_lr)},
+        {"lora": "actor", "value": "critic"},
+    )
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def apply_updates(opt, trainable, opt_state, grads):
+    updates, opt_state = opt.update(grads, opt_state, trainable)
+    return optax.apply_updates(trainable, updates), opt_state
+
+
+def masked_log_pi(log_pi_all: np.ndarray, avail: np.ndarray) -> np.ndarray:
+    """``log pi`` renormalised over the available actions (``-inf`` elsewhere): the same
+    distribution ``masked_log_softmax`` gives from the scores."""
+    x = np.where(avail, log_pi_all.astype(np.float64), -np.inf)
+    return x - np.logaddexp.reduce(x[avail])
+
+
+def entropy(log_pi: np.ndarray) -> float:
+    finite = np.isfinite(log_pi)
+    return float(-np.sum(np.exp(log_pi[finite]) * log_pi[finite]))
+
+
+# ----- the env on the device -----------------------------------------------------------------
+
+
+@functools.cache
+def env_functions(env):
+    """Jitted, env-vmapped ``reset(keys)``, ``avail(states) -> [E, 2, A]`` and
+    ``step(keys, states, actions [E, 2]) -> (states, reward, done, success, length)`` with
+    the reset after an episode's end."""
+
+    def avail(state):
+        masks = env.get_avail_actions(state)
+        return jnp.stack([masks[a] for a in env.agents])
+
+    def step(key, state, actions):
+        step_key, reset_key = jax.random.split(key)
+        acts = {a: actions[i] for i, a in enumerate(env.agents)}
+        _, stepped, rewards, dones, _ = env.step_env(step_key, state, acts)
+        done = dones["__all__"]
+        _, fresh = env.reset(reset_key)
+        state = jax.tree.map(lambda r, s: jnp.where(done, r, s), fresh, stepped)
+        return state, rewards[env.agents[0]], done, stepped.delivered, stepped.step
+
+    reset = jax.jit(jax.vmap(lambda k: env.reset(k)[1]))
+    return reset, jax.jit(jax.vmap(avail)), jax.jit(jax.vmap(step))
+
+
+# ----- the trainer ---------------------------------------------------------------------------
+
+
+class Trainer:
+    """One run's seeds: init, one iteration (rollout, update) per seed, metrics."""
+
+    def __init__(self, cfg: DictConfig, env, model: PolicyModel | None = None,
+                 messages: MessageSource | None = None):  # fmt: skip
+        self.cfg = cfg
+        self.algo = cfg.algo
+        self.env = env
+        self.model = model or load_policy_model(str(self.algo.model), int(cfg.seed))
+        self.policy = LMPolicy(self.algo, env, self.model)
+        self.messages = messages or MESSAGE_SOURCES[self.algo.messages](self.model, self.algo)
+        self.trains = self.algo.name != "lm_zero_shot"
+        self.reset, self.avail, self.step = env_functions(env)
+        self.optimizer = optimizer(float(self.algo.actor_lr), float(self.algo.critic_lr),
+                                   float(self.algo.max_grad_norm))  # fmt: skip
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return int(self.algo.num_envs) * int(self.algo.num_steps)
+
+    @property
+    def iterations(self) -> int:
+        return int(self.algo.total_timesteps) // self.steps_per_iteration
+
+    def seed_key(self, seed_index: int) -> jax.Array:
+        return jax.random.fold_in(jax.random.PRNGKey(int(self.cfg.seed)), seed_index)
+
+    def init(self, seed_index: int) -> TrainState:
+        k_lora, k_value, k_env = jax.random.split(self.seed_key(seed_index), 3)
+        lora = init_lora(k_lora, self.model.params, tuple(self.algo.lora_targets),
+                         int(self.algo.lora_rank), float(self.algo.lora_alpha))  # fmt: skip
+        value = self.policy.value_head.init(k_value, jnp.zeros((1, self.model.hidden_size)))
+        trainable = {"lora": lora, "value": value}
+        e = int(self.algo.num_envs)
+        return TrainState(
+            lora=lora,
+            value=value,
+            opt=self.optimizer.init(trainable),
+            env=self.reset(jax.random.split(k_env, e)),
+            episode_return=np.zeros(e, np.float32),
+            episode_length=np.zeros(e, np.int32),
+        )
+
+    # -- rollout --
+    def rollout(self, state: TrainState, seed_index: int, iteration: int, clock: Clock):
+        """``num_steps`` steps of every env; the decisions with their advantages, the
+        finished episodes' (return, length, success), and the state after."""
+        algo, policy = self.algo, self.policy
+        e, horizon = int(algo.num_envs), int(algo.num_steps)
+        rng = np.random.default_rng([int(self.cfg.seed), seed_index, iteration])
+        keys = jax.random.split(jax.random.fold_in(self.seed_key(seed_index), iteration + 1),
+                                horizon * e).reshape(horizon, e, -1)  # fmt: skip
+        lora = state["lora"] if self.trains else None
+        env_state = state["env"]
+        ep_return = state["episode_return"].astype(np.float64)
+        ep_length = state["episode_length"].copy()
+        scored: dict[str, np.ndarray] = {}
+        streams = [[[] for _ in range(2)] for _ in range(e)]  # per env/agent: decision ids
+        steps_of: list[int] = []
+        decisions = Decisions()
+        rewards = np.zeros((horizon, e))
+        dones = np.zeros((horizon, e), bool)
+        episodes = []
+        for t in range(horizon):
+            t0 = time.perf_counter()
+            avail = np.asarray(self.avail(env_state))
+            clock.env_s += time.perf_counter() - t0
+            deciders = [(i, a) for i in range(e) for a in range(2) if avail[i, a].sum() > 1]
+            actions = avail.argmax(-1).astype(np.int32)  # a forced agent's one action
+            if deciders:
+                prompts = self._prompts(env_state, deciders, clock)
+                new = list(dict.fromkeys(p for p in prompts if p not in scored))
+                if new:
+                    scored.update(policy.score_prompts(lora, new, clock))
+                values = policy.values(state["value"], prompts, clock) if self.trains else \
+                    np.zeros(len(prompts))  # fmt: skip
+                t0 = time.perf_counter()
+                for (i, a), prompt, value in zip(deciders, prompts, values, strict=True):
+                    log_pi = masked_log_pi(scored[prompt], avail[i, a])
+                    action = int(rng.choice(self.policy.num_actions, p=np.exp(log_pi)))
+                    actions[i, a] = action
+                    streams[i][a].append(len(decisions.prompts))
+                    steps_of.append(t)
+                    decisions.prompts.append(prompt)
+                    decisions.avail.append(avail[i, a])
+                    decisions.actions.append(action)
+                    decisions.log_probs.append(float(log_pi[action]))
+                    decisions.entropies.append(entropy(log_pi))
+                    decisions.values.append(float(value))
+                clock.text_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            env_state, reward, done, success, length = self.step(keys[t], env_state, actions)
+            reward, done = np.asarray(reward), np.asarray(done)
+            success, length = np.asarray(success), np.asarray(length)
+            clock.env_s += time.perf_counter() - t0
+            rewards[t], dones[t] = reward, done
+            ep_return += reward
+            ep_length += 1
+            for i in np.flatnonzero(done):
+                episodes.append((ep_return[i], int(length[i]), bool(success[i])))
+                ep_return[i], ep_length[i] = 0.0, 0
+        if self.trains:
+            self._advantages(env_state, streams, steps_of, decisions, rewards, dones, state, clock)
+        after = TrainState(state, env=env_state, episode_return=ep_return.astype(np.float32),
+                           episode_length=ep_length)  # fmt: skip
+        return decisions, episodes, after
+
+    def _prompts(self, env_state, agents: list[tuple[int, int]], clock: Clock) -> list[str]:
+        """The action prompts of ``agents`` ``(env, agent)``, with their teammates' messages."""
+        from envs.salad.text import text_observations
+
+        t0 = time.perf_counter()
+        obs = text_observations(self.env, env_state)
+        said = self.messages.messages([obs[i][1 - a] for i, a in agents])
+        prompts = [action_prompt(obs[i][a], m) for (i, a), m in zip(agents, said, strict=True)]
+        clock.text_s += time.perf_counter() - t0
+        return prompts
+
+    def _advantages(self, env_state, streams, steps_of, decisions, rewards, dones, state, clock):
+        e = len(streams)
+        everyone = [(i, a) for i in range(e) for a in range(2)]
+        last_values = self.policy.values(
+            state["value"], self._prompts(env_state, everyone, clock), clock
+        ).reshape(e, 2)
+        t0 = time.perf_counter()
+        decisions.advantages = [0.0] * len(decisions.prompts)
+        decisions.returns = [0.0] * len(decisions.prompts)
+        for i in range(e):
+            for a in range(2):
+                ids = streams[i][a]
+                if not ids:
+                    continue
+                adv, ret = semi_mdp_advantages(
+                    [steps_of[d] for d in ids], [decisions.values[d] for d in ids],
+                    rewards[:, i], dones[:, i], float(last_values[i, a]),
+                    float(self.algo.gamma), float(self.algo.gae_lambda),
+                )  # fmt: skip
+                for d, x, r in zip(ids, adv, ret, strict=True):
+                    decisions.advantages[d], decisions.returns[d] = float(x), float(r)
+        clock.text_s += time.perf_counter() - t0
+
+    # -- update --
+    def _grad(self, trainable, batch):
+        p, a = self.policy, self.algo
+        settings = (p.normalization, float(a.clip_eps), float(a.value_coef), float(a.entropy_coef))
+        return ppo_grad(self.model.lm, p.value_head, settings, self.model.params, trainable,
+                        batch, p.cand_tokens, p.cand_valid, p.word_counts)  # fmt: skip
+
+    def update(self, state: TrainState, decisions: Decisions, seed_index: int, iteration: int,
+               clock: Clock) -> tuple[TrainState, dict]:  # fmt: skip
+        """PPO epochs over fixed-size minibatches of the decisions; the last minibatch of
+        an epoch is filled up with decisions drawn from the rest (one compiled shape)."""
+        n = len(decisions.prompts)
+        if n == 0:
+            return state, {}
+        t0 = time.perf_counter()
+        tokens, valid = self.policy.packed(decisions.prompts)
+        data = {
+            "tokens": tokens,
+            "valid": valid,
+            "avail": np.stack(decisions.avail),
+            "features": np.stack([self.policy.features[p] for p in decisions.prompts]),
+            "actions": np.asarray(decisions.actions, np.int32),
+            "log_probs": np.asarray(decisions.log_probs, np.float32),
+            "values": np.asarray(decisions.values, np.float32),
+            "advantages": np.asarray(decisions.advantages, np.float32),
+            "returns": np.asarray(decisions.returns, np.float32),
+        }
+        clock.text_s += time.perf_counter() - t0
+        rng = np.random.default_rng([int(self.cfg.seed), seed_index, iteration, 1])
+        size = int(self.algo.minibatch_size)
+        trainable = {"lora": state["lora"], "value": state["value"]}
+        opt_state = state["opt"]
+        stats = []
+        t0 = time.perf_counter()
+        for _ in range(int(self.algo.update_epochs)):
+            order = rng.permutation(n)
+            order = np.concatenate([order, rng.choice(n, (-n) % size)])
+            for start in range(0, len(order), size):
+                batch = {k: v[order[start : start + size]] for k, v in data.items()}
+                (_, info), grads = self._grad(trainable, batch)
+                trainable, opt_state = apply_updates(self.optimizer, trainable, opt_state, grads)
+                stats.append(jax.device_get(info))
+                clock.update_tokens += int(batch["valid"].sum()) + size * self.policy.cand_size
+            if self.algo.target_kl is not None and stats[-1]["approx_kl"] > self.algo.target_kl:
+                break
+        clock.update_s += time.perf_counter() - t0
+        means = {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+        return TrainState(state, lora=trainable["lora"], value=trainable["value"],
+                          opt=opt_state), means  # fmt: skip
+
+    def iteration(self, state: TrainState, seed_index: int, iteration: int):
+        """One rollout and update of one seed: the new state and the seed's metrics."""
+        clock = Clock()
+        t0 = time.perf_counter()
+        decisions, episodes, state = self.rollout(state, seed_index, iteration, clock)
+        rollout_s = time.perf_counter() - t0
+        losses = {}
+        if self.trains:
+            state, losses = self.update(state, decisions, seed_index, iteration, clock)
+        wall = time.perf_counter() - t0
+        nan = float("nan")
+        metrics = {
+            "episode_return": float(np.mean([x[0] for x in episodes])) if episodes else nan,
+            "episode_length": float(np.mean([x[1] for x in episodes])) if episodes else nan,
+            "win_rate": float(np.mean([x[2] for x in episodes])) if episodes else nan,
+            "episodes": len(episodes),
+            "decisions": len(decisions.prompts),
+            "policy_loss": losses.get("policy_loss", nan),
+            "value_loss": losses.get("value_loss", nan),
+            "entropy": float(np.mean(decisions.entropies)) if decisions.prompts else nan,
+            "approx_kl": losses.get("approx_kl", nan),
+            "clip_frac": losses.get("clip_frac", nan),
+            "iteration_s": wall,
+            **clock.as_dict(),
+            "rollout_steps_per_s": self.steps_per_iteration / rollout_s,
+            "lm_tokens_per_s": clock.lm_tokens / clock.lm_s if clock.lm_s else nan,
+            "update_tokens_per_s": clock.update_tokens / clock.update_s if clock.update_s else nan,
+        }
+        return state, metrics
+
+
+# ----- the run ---------------------------------------------------------------------------------
+
+TIME_SPLIT = ("env_s", "lm_s", "update_s", "text_s")
+
+
+@functools.cache
+def salad_env(name: str, kwargs_json: str):
+    """One kitchen per name and kwargs in a process, so that runs share its compiled
+    functions (keyed by the env object)."""
+    import envs
+
+    return envs.make(name, **json.loads(kwargs_json))
+
+
+def make_salad_env(cfg: DictConfig):
+
+    if not str(cfg.env.name).startswith("salad:"):
+        raise ConfigError(
+            f"bad value for config key 'env.name': {cfg.env.name!r}; algo.name="
+            f"{cfg.algo.name} reads the salad kitchen's text (salad:A or salad:B)"
+        )
+    kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
+    try:
+        return salad_env(str(cfg.env.name), json.dumps(kwargs, sort_keys=True))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"bad value for config key 'env.kwargs' ({kwargs}): {e}") from e
+
+
+def _checkpoint_tree(states: list[TrainState]) -> dict:
+    return {f"seed{s}": dict(state) for s, state in enumerate(states)}
+
+
+def _from_checkpoint(tree: dict, num_seeds: int) -> list[TrainState]:
+    states = []
+    for s in range(num_seeds):
+        state = TrainState(tree[f"seed{s}"])
+        state["episode_return"] = np.asarray(state["episode_return"], np.float32)
+        state["episode_length"] = np.asarray(state["episode_length"], np.int32)
+        states.append(state)
+    return states
+
+
+def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyModel | None = None):
+    """Train (or, for ``lm_zero_shot``, only roll out) ``cfg`` into its run folder, or
+    continue ``cfg.resume``; one metrics row per iteration (``log_every`` is not read), a
+    checkpoint of every seed's adapter, value head, optimiser and kitchens every
+    ``checkpoint_every`` iterations and at the end. ``on_iteration(done, states, rows)``
+    is called after each iteration is logged and checkpointed (tests interrupt runs with
+    it); ``model`` replaces ``algo.model``'s."""
+    from jaxmarl_llm.plotting import plot_run
+    from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
+    from jaxmarl_llm.runner.comparisons import run_comparisons
+    from jaxmarl_llm.runner.loop import RunResult
+    from jaxmarl_llm.runner.records import RunLog, Timings, metric_rows, run_summary, write_summary
+    from jaxmarl_llm.runner.resume import new_run_dir, resolve_resume
+
+    cfg, _ = resolve_resume(cfg)
+    if cfg.eval.every:
+        raise ConfigError(
+            f"config key 'eval.every' is {cfg.eval.every}, but algo.name={cfg.algo.name} has no "
+            "greedy evaluation between iterations: its metrics are the rollouts' episodes "
+            "(lm_zero_shot is the untrained model's); set eval.every=0"
+        )
+    env = make_salad_env(cfg)
+    trainer = Trainer(cfg, env, model)  # a model that does not load stops before the folder
+    run_dir = Path(cfg.resume) if cfg.resume else new_run_dir(cfg)
+    seeds = int(cfg.num_seeds)
+    timings = Timings()
+    t0 = time.perf_counter()
+    states = [trainer.init(s) for s in range(seeds)]
+    mgr = checkpoint_manager(run_dir / "checkpoints", max_to_keep=cfg.keep_checkpoints,
+                             create=True)  # fmt: skip
+    done = 0
+    if cfg.resume:
+        tree, done = restore_latest(mgr, _checkpoint_tree(states), run_dir)
+        states = _from_checkpoint(tree, seeds)
+    timings.compile_s = time.perf_counter() - t0
+    records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
+    split = dict.fromkeys(TIME_SPLIT, 0.0) | {"lm_tokens": 0, "update_tokens": 0}
+    try:
+        while done < trainer.iterations:
+            t_iter = time.perf_counter()
+            per_seed = []
+            for s in range(seeds):
+                states[s], metrics = trainer.iteration(states[s], s, done)
+                per_seed.append(metrics)
+            dt = time.perf_counter() - t_iter
+            done += 1
+            steps = trainer.steps_per_iteration
+            timings.run_s += dt
+            timings.run_steps += steps
+            for key in split:
+                split[key] += sum(m[key] for m in per_seed)
+            chunk = {k: np.array([[m[k]] for m in per_seed], float) for k in per_seed[0]}
+            wall = time.perf_counter() - timings.wall0
+            rows = metric_rows(chunk, done - 1, steps, wall, steps * seeds / dt)
+            records.train(rows)
+            if done % int(cfg.checkpoint_every) == 0 or done == trainer.iterations:
+                save_checkpoint(mgr, done, _checkpoint_tree(states))
+            r = rows[-1]
+            log.info(
+                "iteration %d/%d: return %.3g, win %.2f, %.1f steps/s",
+                done,
+                trainer.iterations,
+                r["episode_return"],
+                r["win_rate"],
+                r["steps_per_s"],
+            )
+            if on_iteration is not None:
+                on_iteration(done, states, rows)
+    except BaseException:
+        if done > 0 and done not in mgr.all_steps():
+            save_checkpoint(mgr, done, _checkpoint_tree(states))
+            log.warning("saved a checkpoint at iteration %d: resume=%s", done, run_dir)
+        raise
+    finally:
+        mgr.wait_until_finished()
+        mgr.close()
+        records.finish()
+    summary = run_summary(cfg, run_dir, done * trainer.steps_per_iteration, timings)
+    summary |= {
+        "model": trainer.model.name,
+        "iterations": done,
+        "time_split_s": {k: split[k] for k in TIME_SPLIT},
+        "lm_tokens_per_s": split["lm_tokens"] / split["lm_s"] if split["lm_s"] else None,
+        "update_tokens_per_s": (
+            split["update_tokens"] / split["update_s"] if split["update_s"] else None
+        ),
+        "critic_prompts_cached": len(trainer.policy.features),
+    }
+    write_summary(run_dir, summary)
+    if cfg.plot:
+        plot_run(run_dir)
+        if summary.get("final_win_rate_mean") is not None:
+            plot_run(run_dir, "win_rate", "win_curve.png")
+    if cfg.compare_with:
+        summary["compare"] = run_comparisons(cfg, run_dir)
+        write_summary(run_dir, summary)
+    return RunResult(run_dir=run_dir, summary=summary, state=states)

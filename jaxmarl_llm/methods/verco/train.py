@@ -44,7 +44,7 @@ import optax
 from omegaconf import DictConfig, OmegaConf
 
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.lm.lora import init_lora
+from jaxmarl_llm.lm.lora import init_lora, load_adapters
 from jaxmarl_llm.methods.verco.losses import ppo_loss
 from jaxmarl_llm.methods.verco.models import PolicyModel, check_model_name, load_policy_model
 from jaxmarl_llm.methods.verco.policy import (
@@ -92,6 +92,10 @@ class VercoConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q", "v"])
     value_hidden: list[int] = field(default_factory=lambda: [1024, 512])
     max_prompt_tokens: int = 96
+    # messages=student: the SFT-trained message adapter (experiments/verco_messages.py),
+    # same rank, alpha and targets as the action adapter, and its decoding budget in tokens
+    message_adapter: str | None = None
+    message_max_tokens: int = 20
 
 
 def check_config(cfg) -> None:
@@ -165,9 +169,42 @@ class TeammateObservation:
         return out
 
 
+class StudentMessages:
+    """Verco: the frozen message adapter's greedy message (at most 10 words) for the
+    teammate's observation text, decoded once per distinct text (``MessageCache``)."""
+
+    def __init__(self, model: PolicyModel, cfg):
+        from jaxmarl_llm.methods.verco.messages import MessageCache
+
+        if not cfg.message_adapter:
+            raise ConfigError(
+                "algo.messages=student needs algo.message_adapter: the folder of a message "
+                "adapter trained by experiments/verco_messages.py"
+            )
+        path = Path(str(cfg.message_adapter))
+        if not (path / "structure.json").exists():
+            raise ConfigError(
+                f"algo.message_adapter={path} holds no message adapter (no structure.json); "
+                "make one with experiments/verco_messages.py"
+            )
+        like = init_lora(jax.random.PRNGKey(0), model.params, tuple(cfg.lora_targets),
+                         int(cfg.lora_rank), float(cfg.lora_alpha))  # fmt: skip
+        try:
+            lora = load_adapters(path, like)
+        except ValueError as e:
+            raise ConfigError(f"algo.message_adapter does not fit algo.model={model.name}: {e}")
+        self.cache = MessageCache.for_adapter(
+            model.lm, model.params, lora, model.tokenizer, int(cfg.message_max_tokens)
+        )
+
+    def messages(self, obs_texts: list[str]) -> list[str]:
+        return self.cache(obs_texts)
+
+
 MESSAGE_SOURCES: dict[str, Callable[[PolicyModel, Any], MessageSource]] = {
     "none": lambda model, cfg: NoMessages(),
     "teammate_observation": lambda model, cfg: TeammateObservation(),
+    "student": StudentMessages,
 }
 
 

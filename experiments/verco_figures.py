@@ -138,9 +138,16 @@ def fmt(cell: dict | None) -> str:
 
 
 def markdown(rows: list[dict], budget: int | None) -> str:
-    lines = ["Median [25%, 75%] over seeds @ env steps" + (
-        f"; 'at LM budget' is the first logged update at or past {budget:,} env steps (the "
-        "language-model runs' budget)." if budget else "."), ""]
+    lines = [
+        "Median [25%, 75%] over seeds @ env steps"
+        + (
+            f"; 'at LM budget' is the first logged update at or past {budget:,} env steps (the "
+            "language-model runs' budget)."
+            if budget
+            else "."
+        ),
+        "",
+    ]
     for metric, name in METRICS.items():
         lines += [f"**{name}**", "", "| method | seeds | start | at LM budget | final |",
                   "|---|---|---|---|---|"]  # fmt: skip
@@ -156,14 +163,17 @@ def markdown(rows: list[dict], budget: int | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(message)s")
     logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("map", choices=["a", "b"])
     parser.add_argument("overrides", nargs="*", help="key=value for the language-model runs")
     parser.add_argument("--only-symbolic", action="store_true",
                         help="train and report the symbolic baselines only")  # fmt: skip
-    parser.add_argument("--symbolic-seeds", type=int, default=None,
-                        help="num_seeds of the symbolic runs (default: their config's)")  # fmt: skip
+    parser.add_argument(
+        "--symbolic-seeds", type=int, default=None,
+        help="num_seeds of the symbolic runs (default: their config's)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     from jaxmarl_llm.config import load_config

@@ -34,8 +34,8 @@ from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, val
 from jaxmarl_llm.learners.networks import (
     Activation,
     ActorCritic,
-    CommNetActorCritic,
     AgentParams,
+    CommNetActorCritic,
     ParamSharing,
     RecurrentActor,
     RecurrentCritic,

@@ -192,7 +192,9 @@ class StudentMessages:
         try:
             lora = load_adapters(path, like)
         except ValueError as e:
-            raise ConfigError(f"algo.message_adapter does not fit algo.model={model.name}: {e}")
+            raise ConfigError(
+                f"algo.message_adapter does not fit algo.model={model.name}: {e}"
+            ) from e
         self.cache = MessageCache.for_adapter(
             model.lm, model.params, lora, model.tokenizer, int(cfg.message_max_tokens)
         )

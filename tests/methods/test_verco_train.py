@@ -205,3 +205,27 @@ def test_teammate_observation_message_reaches_the_prompt():
         'Task: tomato salad. You hold nothing. Your teammate says: "I hold raw onion. I see '
         'empty plate". To make the salad, you should'
     )
+
+
+def test_student_messages_load_the_saved_adapter_and_refuse_a_missing_one(tmp_path):
+    from jaxmarl_llm.lm.lora import init_lora, save_adapters
+    from jaxmarl_llm.methods.verco.models import load_policy_model
+    from jaxmarl_llm.methods.verco.train import StudentMessages
+
+    algo = tiny_config(name="verco", messages="student").algo
+    model = load_policy_model("tiny", 0)
+    with pytest.raises(ConfigError, match="message_adapter"):
+        StudentMessages(model, algo)
+    lora = init_lora(jax.random.PRNGKey(3), model.params, ("q", "v"), 8, 16.0)
+    lora = lora.replace(b={k: v + 0.05 for k, v in lora.b.items()})  # a non-zero delta
+    save_adapters(tmp_path / "adapter", lora)
+    algo.message_adapter = str(tmp_path / "adapter")
+    student = StudentMessages(model, algo)
+    texts = ["Task: tomato salad. You hold nothing.", "Task: onion salad. You hold raw onion."]
+    first = student.messages(texts)
+    assert len(first) == 2 and all(len(m.split()) <= 10 for m in first)
+    assert student.messages(texts[::-1]) == first[::-1]  # cached by text
+    assert student.cache.stats()["misses"] == 2
+    algo.lora_rank = 4  # an adapter of another shape is named, not loaded
+    with pytest.raises(ConfigError, match="does not fit"):
+        StudentMessages(model, algo)

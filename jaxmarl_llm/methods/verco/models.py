@@ -48,15 +48,20 @@ class PolicyModel:
 
 class WordTokenizer:
     """Each word (and the space before it) as one id hashed into 3..vocab_size-1 (0 pad,
-    1 beginning of text): the tiny model's tokenizer, short prompts for fast tests."""
+    1 beginning of text, 2 end of text): the tiny model's tokenizer, short prompts for fast
+    tests. Hashing loses the words: ``decode`` writes id ``i`` as ``w<i>``."""
 
     pad_id = 0
     bos_id = 1
+    eos_id = 2
     vocab_size = 512
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         ids = [3 + zlib.crc32(w.encode()) % (self.vocab_size - 3) for w in text.split(" ") if w]
         return ([self.bos_id] if add_bos else []) + ids
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        return " ".join(f"w{i}" for i in ids if not (skip_special and i <= self.eos_id))
 
 
 def tiny_gemma_config():

@@ -62,8 +62,13 @@ FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
     "eleven_hard": {"V-GEPF": ("vgepf_11v11_hard", [])},
 }
 # figures whose adaptive V-GEPF and MAPPO rows are those of the counterattack figure (the
-# same config, seeds and budget), not trained again
+# same config, seeds and budget), not trained again; at another budget they are trained
+# with the figure's seeds and budget into runs/vgepf/reference/<seeds>x<steps>/
 SHARED_ROWS = {"skills": ("V-GEPF", "MAPPO"), "rho": ("V-GEPF",)}
+REFERENCES = {
+    "V-GEPF": ("vgepf_counterattack_easy", ["compare_with=[]"]),
+    "MAPPO": ("mappo_football_counterattack_easy", ["compare_with=[]"]),
+}
 # the statistic each fixed skill should raise, as the paper reads Fig. 7
 SKILL_TARGETS = {
     "encourage attack": ("shots", "shot_success"),
@@ -199,13 +204,17 @@ def markdown(rows: list[dict]) -> str:
     )
 
 
-def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
+def run_figure(
+    figure: str, overrides: list[str], quiet: bool, variants: list[str] | None = None
+) -> list[dict]:
     from omegaconf import OmegaConf
 
     from jaxmarl_llm.runner import run_comparisons, run_into
 
     rows = []
     for label, (config, extra) in FIGURES[figure].items():
+        if variants and label not in variants:
+            continue
         out = ROOT / "runs" / "vgepf" / figure / label.replace(" ", "_").replace("=", "")
         run_into(config, [*extra, f"progress={not quiet}", *overrides], out, f"[{figure}] {label}")
         cfg = OmegaConf.load(out / "config.yaml")
@@ -220,13 +229,8 @@ def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
         for record in ("vgepf/selections.json", "feedback.json"):
             if (out / record).exists():
                 shutil.copy(out / record, dest / Path(record).name)
-    shared = RESULTS / "counterattack.json"
-    if figure in SHARED_ROWS and shared.exists():
-        kept = [r for r in json.loads(shared.read_text()) if r["method"] in SHARED_ROWS[figure]]
-        for r in kept:
-            if r["method"] == "V-GEPF" and figure == "rho":
-                r["method"] = "rho=0.5 (V-GEPF)"
-        rows = kept + rows
+    if figure in SHARED_ROWS:
+        rows = shared_rows(figure, rows, OmegaConf.load(out / "config.yaml"), overrides, quiet)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     radar(rows, RESULTS / f"{figure}_radar.png", f"{figure}: sampling policy, end of training")
@@ -236,6 +240,45 @@ def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
     (RESULTS / f"{figure}.md").write_text(table)
     print(table)
     return rows
+
+
+def shared_rows(figure: str, rows: list[dict], cfg, overrides: list[str], quiet: bool) -> list:
+    """``rows`` behind the figure's reference rows (``SHARED_ROWS``): the counterattack
+    figure's where they have the same seeds and env steps, else runs of ``REFERENCES``
+    with ``cfg``'s seeds and budget (``overrides`` go to the V-GEPF one too)."""
+    from jaxmarl_llm.runner import run_into
+
+    want = {(r["seeds"], r["env_steps"]) for r in rows}
+    shared = RESULTS / "counterattack.json"
+    kept = []
+    if shared.exists():
+        kept = [r for r in json.loads(shared.read_text()) if r["method"] in SHARED_ROWS[figure]]
+    if len(kept) != len(SHARED_ROWS[figure]) or {(r["seeds"], r["env_steps"]) for r in kept} != want:
+        budget = [
+            f"num_seeds={cfg.num_seeds}",
+            f"seed={cfg.seed}",
+            f"algo.total_timesteps={cfg.algo.total_timesteps}",
+            f"progress={not quiet}",
+        ]
+        root = ROOT / "runs" / "vgepf" / "reference" / f"{cfg.num_seeds}x{cfg.algo.total_timesteps}"
+        kept = []
+        for label in SHARED_ROWS[figure]:
+            config, extra = REFERENCES[label]
+            out = root / label
+            given = [*extra, *overrides, *budget] if label == "V-GEPF" else [*extra, *budget]
+            run_into(config, given, out, f"[{figure}] reference {label} -> {out}")
+            row = method_row(label, out)
+            if {(row["seeds"], row["env_steps"])} != want:
+                raise SystemExit(
+                    f"{out} ran {row['seeds']} seeds x {row['env_steps']} steps, the figure "
+                    f"{want}: delete it to train it again"
+                )
+            copy_records(out, RESULTS / figure / "reference" / label)
+            kept.append(row)
+    for r in kept:
+        if r["method"] == "V-GEPF" and figure == "rho":
+            r["method"] = "rho=0.5 (V-GEPF)"
+    return kept + rows
 
 
 def skill_targets(rows: list[dict]) -> str:
@@ -279,11 +322,17 @@ def main(argv=None) -> int:
     )
     p.add_argument("figure", choices=sorted(FIGURES))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--variant", action="append", metavar="LABEL", help="only this variant (repeatable)"
+    )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_intermixed_args(argv)
     logging.basicConfig(format="%(message)s", stream=sys.stdout)
     logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
-    run_figure(args.figure, args.overrides, args.quiet)
+    unknown = set(args.variant or ()) - set(FIGURES[args.figure])
+    if unknown:
+        p.error(f"no such {args.figure} variant: {sorted(unknown)}; {sorted(FIGURES[args.figure])}")
+    run_figure(args.figure, args.overrides, args.quiet, args.variant)
     return 0
 
 

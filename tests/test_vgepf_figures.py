@@ -63,3 +63,38 @@ def test_each_fixed_skill_is_read_against_mappo_on_its_statistic():
     assert "| encourage attack | shots | 1.50 | 1.00 | True |" in table
     assert "| encourage defense | goals_conceded | 0.30 | 0.20 | False |" in table
     assert "shot_success" not in table  # MAPPO's row lacks it
+
+
+def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
+    tmp_path, monkeypatch
+):
+    from omegaconf import OmegaConf
+
+    import jaxmarl_llm.runner as runner
+
+    results = tmp_path / "results"
+    results.mkdir()
+    counterattack = [
+        {"method": m, "seeds": 2, "env_steps": 10_000, "train": {}} for m in ("V-GEPF", "MAPPO")
+    ]
+    (results / "counterattack.json").write_text(json.dumps(counterattack))
+    monkeypatch.setattr(figures, "RESULTS", results)
+    monkeypatch.setattr(figures, "ROOT", tmp_path)
+    trained = []
+
+    def fake_run_into(config, overrides, out, note=None):
+        trained.append((config, overrides))
+        _run(out, {10: (0.0, 0.5)}, 0.1)
+
+    monkeypatch.setattr(runner, "run_into", fake_run_into)
+    cfg = OmegaConf.create({"num_seeds": 2, "seed": 0, "algo": {"total_timesteps": 10_000}})
+    variant = {"method": "rho=1.0", "seeds": 2, "env_steps": 10_000}
+    rows = figures.shared_rows("rho", [variant], cfg, ["x=1"], quiet=True)
+    assert [r["method"] for r in rows] == ["rho=0.5 (V-GEPF)", "rho=1.0"] and not trained
+
+    cfg.algo.total_timesteps = 5_000  # another budget: the references are trained at it
+    small = {**variant, "env_steps": 10_000 // 2}
+    with pytest.raises(SystemExit, match="delete it"):  # the fake runs 10,000 steps
+        figures.shared_rows("skills", [small], cfg, ["x=1"], quiet=True)
+    assert trained[0][0] == "vgepf_counterattack_easy"
+    assert "x=1" in trained[0][1] and "algo.total_timesteps=5000" in trained[0][1]

@@ -5,13 +5,16 @@ render + the football CLIP's image tower (``potential.potential``), both jitted.
 
 States come from random-action rollouts of ``--env`` (the counterattack by default), so
 players and ball are where training puts them. Times are the median over ``--repeats``
-calls after a warm-up call (compile excluded).
+calls after a warm-up call (compile excluded). ``--frozen`` times the renderer the football
+CLIP was trained on (``tests/envs/football_render_frozen.py``, the same pixels) instead of
+``envs/football/render.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -67,14 +70,23 @@ def main(argv=None) -> dict:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=96)
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--frozen", action="store_true", help="the frozen reference renderer")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+
+    import importlib
 
     import jax
 
     from jaxmarl_llm.methods.vgepf.clip_model import load_vgepf_clip
     from jaxmarl_llm.methods.vgepf.potential import frames, initial_params, potential
 
+    if args.frozen:
+        sys.path.insert(0, str(ROOT / "tests" / "envs"))
+        from football_render_frozen import render as frozen
+
+        # frames() draws with the potential module's ``render``
+        importlib.import_module("jaxmarl_llm.methods.vgepf.potential").render = frozen
     states = rollout_states(args.env, args.batch)
     clip = load_vgepf_clip()
     params = initial_params(clip, "encourage attack")
@@ -84,11 +96,13 @@ def main(argv=None) -> dict:
         "env": args.env,
         "batch": args.batch,
         "size": args.size,
+        "renderer": "frozen" if args.frozen else "current",
         "repeats": args.repeats,
         "render_ms": 1e3 * timed(render_fn, states, repeats=args.repeats),
         "potential_ms": 1e3 * timed(potential_fn, params, states, repeats=args.repeats),
         "jax": jax.__version__,
         "device": jax.devices()[0].device_kind,
+        "load_average_1min": os.getloadavg()[0],  # other jobs on the CPU
     }
     print(json.dumps(out) if args.json else out)
     return out

@@ -84,7 +84,8 @@ def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
 
     def fake_run_into(config, overrides, out, note=None):
         trained.append((config, overrides))
-        _run(out, {10: (0.0, 0.5)}, 0.1)
+        if not out.exists():
+            _run(out, {10: (0.0, 0.5)}, 0.1)
 
     monkeypatch.setattr(runner, "run_into", fake_run_into)
     cfg = OmegaConf.create({"num_seeds": 2, "seed": 0, "algo": {"total_timesteps": 10_000}})
@@ -98,3 +99,21 @@ def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
         figures.shared_rows("skills", [small], cfg, ["x=1"], quiet=True)
     assert trained[0][0] == "vgepf_counterattack_easy"
     assert "x=1" in trained[0][1] and "algo.total_timesteps=5000" in trained[0][1]
+
+    # the counterattack runs' records, started as a 5,000-step run would: their first
+    # 5,000 steps stand in for it
+    config = OmegaConf.create({"seed": 0, "num_seeds": 2, "algo": {"anneal_lr": False},
+                               "shaping": {"name": "vgepf", "kwargs": {"selection": {"every": 5}}}})  # fmt: skip
+    cfg.shaping = {"name": "vgepf", "kwargs": {"selection": {"every": 5}}}
+    cfg.algo.anneal_lr = False
+    for label, rel in figures.SHARED_RECORDS.items():
+        _run(results / rel, {4: (0.0, 1.0), 5: (0.5, 0.5), 10: (1.0, 1.0)}, 0.3)
+        OmegaConf.save(config, results / rel / "config.yaml")
+    trained.clear()
+    rows = figures.shared_rows("skills", [small], cfg, [], quiet=True)
+    assert not trained and [r["method"] for r in rows] == ["V-GEPF", "MAPPO", "rho=1.0"]
+    assert rows[0]["env_steps"] == 5_000 and rows[0]["wall_s"] is None
+    assert rows[0]["eval"]["win_rate"]["per_seed"] == [0.25, 0.75]  # updates 4 and 5 only
+    cfg.shaping.kwargs.selection.every = 2  # another selection period: trained instead
+    with pytest.raises(SystemExit, match="delete it"):
+        figures.shared_rows("skills", [small], cfg, [], quiet=True)

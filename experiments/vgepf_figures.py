@@ -296,16 +296,15 @@ def shared_rows(figure: str, rows: list[dict], cfg, overrides: list[str], quiet:
     have trained them; else runs of ``REFERENCES`` with ``cfg``'s seeds and budget
     (``overrides`` go to the V-GEPF one too)."""
     want = {(r["seeds"], r["env_steps"]) for r in rows}
-    (seeds, steps), = want
+    ((seeds, steps),) = want
     shared = RESULTS / "counterattack.json"
     kept = []
     if shared.exists():
         kept = [r for r in json.loads(shared.read_text()) if r["method"] in SHARED_ROWS[figure]]
-    if len(kept) != len(SHARED_ROWS[figure]) or {(r["seeds"], r["env_steps"]) for r in kept} != want:
+    same = len(kept) == len(SHARED_ROWS[figure])
+    if not same or {(r["seeds"], r["env_steps"]) for r in kept} != want:
         records = {label: RESULTS / SHARED_RECORDS[label] for label in SHARED_ROWS[figure]}
-        longer = len(kept) == len(SHARED_ROWS[figure]) and all(
-            r["seeds"] == seeds and r["env_steps"] > steps for r in kept
-        )
+        longer = same and all(r["seeds"] == seeds and r["env_steps"] > steps for r in kept)
         if longer and all(same_start(records[label], cfg) for label in SHARED_ROWS[figure]):
             kept = [method_row(label, records[label], upto=steps) for label in SHARED_ROWS[figure]]
             for r in kept:

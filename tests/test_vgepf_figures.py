@@ -102,11 +102,13 @@ def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
 
     # the counterattack runs' records, started as a 5,000-step run would: their first
     # 5,000 steps stand in for it
-    config = OmegaConf.create({"seed": 0, "num_seeds": 2, "algo": {"anneal_lr": False},
-                               "shaping": {"name": "vgepf", "kwargs": {"selection": {"every": 5}}}})  # fmt: skip
-    cfg.shaping = {"name": "vgepf", "kwargs": {"selection": {"every": 5}}}
+    shaping = {"name": "vgepf", "kwargs": {"selection": {"every": 5}}}
+    config = OmegaConf.create(
+        {"seed": 0, "num_seeds": 2, "algo": {"anneal_lr": False}, "shaping": shaping}
+    )
+    cfg.shaping = shaping
     cfg.algo.anneal_lr = False
-    for label, rel in figures.SHARED_RECORDS.items():
+    for rel in figures.SHARED_RECORDS.values():
         _run(results / rel, {4: (0.0, 1.0), 5: (0.5, 0.5), 10: (1.0, 1.0)}, 0.3)
         OmegaConf.save(config, results / rel / "config.yaml")
     trained.clear()

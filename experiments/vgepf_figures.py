@@ -9,7 +9,11 @@
 Each variant is one ``run.py`` run in ``runs/vgepf/<figure>/<variant>/``; a variant whose
 config has ``compare_with`` trains those baselines with the same seeds and budget into
 its ``compare/`` folder. A finished run is reused (delete its folder to rerun). Extra
-``key=value`` arguments go to every run (e.g. ``algo.total_timesteps=500000``).
+``key=value`` arguments go to every run (e.g. ``algo.total_timesteps=500000``);
+``--variant LABEL`` (repeatable) runs only those variants. The skills and rho figures
+read their variants against the counterattack figure's V-GEPF (and MAPPO): its rows at
+the same seeds and budget, its first env steps where it ran longer from the same start,
+else runs of their own at the figure's budget (``shared_rows``).
 
 Reported per method: the greedy evaluation's win rate and episode statistics (mean over
 the evaluations in the last ``TAIL`` of training, then over seeds, with the seeds'
@@ -62,8 +66,13 @@ FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
     "eleven_hard": {"V-GEPF": ("vgepf_11v11_hard", [])},
 }
 # figures whose adaptive V-GEPF and MAPPO rows are those of the counterattack figure (the
-# same config, seeds and budget), not trained again
+# same config, seeds and budget), not trained again; at another budget they are trained
+# with the figure's seeds and budget into runs/vgepf/reference/<seeds>x<steps>/
 SHARED_ROWS = {"skills": ("V-GEPF", "MAPPO"), "rho": ("V-GEPF",)}
+REFERENCES = {
+    "V-GEPF": ("vgepf_counterattack_easy", ["compare_with=[]"]),
+    "MAPPO": ("mappo_football_counterattack_easy", ["compare_with=[]"]),
+}
 # the statistic each fixed skill should raise, as the paper reads Fig. 7
 SKILL_TARGETS = {
     "encourage attack": ("shots", "shot_success"),
@@ -73,14 +82,25 @@ SKILL_TARGETS = {
 }
 
 
-def tail_means(run_dir: Path, metrics: list[str]) -> dict[str, list[float]]:
+def _load(path: Path, upto: int | None):
+    """``load_metrics(path)`` with only the rows at ``upto`` env steps or fewer."""
+    from jaxmarl_llm.plotting import load_metrics
+
+    header, data = load_metrics(path)
+    if upto is not None:
+        keep = data["env_steps"] <= upto
+        data = data[keep]
+    return header, data
+
+
+def tail_means(run_dir: Path, metrics: list[str], upto: int | None = None) -> dict:
     """Per seed: the mean of each greedy-evaluation metric over the evaluations in the
-    last ``TAIL`` of the run's env steps."""
+    last ``TAIL`` of the run's env steps (of its first ``upto``)."""
     import numpy as np
 
-    from jaxmarl_llm.plotting import load_metrics, seed_columns
+    from jaxmarl_llm.plotting import seed_columns
 
-    header, data = load_metrics(run_dir / "eval.csv")
+    header, data = _load(run_dir / "eval.csv", upto)
     steps = data["env_steps"]
     rows = steps >= steps[-1] * (1 - TAIL)
     out = {}
@@ -93,25 +113,28 @@ def tail_means(run_dir: Path, metrics: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def training_tail(run_dir: Path, names: list[str]) -> dict[str, float]:
+def training_tail(run_dir: Path, names: list[str], upto: int | None = None) -> dict:
     """Mean over seeds of each ``stat_<name>`` of the sampling policy's episodes, over the
-    updates in the last ``TAIL`` of the run (``metrics.csv`` logs their seed mean)."""
+    updates in the last ``TAIL`` of the run (of its first ``upto`` env steps;
+    ``metrics.csv`` logs their seed mean)."""
     import numpy as np
 
-    from jaxmarl_llm.plotting import load_metrics
-
-    header, data = load_metrics(run_dir / "metrics.csv")
+    header, data = _load(run_dir / "metrics.csv", upto)
     steps = data["env_steps"]
     rows = steps >= steps[-1] * (1 - TAIL)
     return {n: float(np.nanmean(data[f"stat_{n}"][rows])) for n in names if f"stat_{n}" in header}
 
 
-def method_row(label: str, run_dir: Path) -> dict:
+def method_row(label: str, run_dir: Path, upto: int | None = None) -> dict:
+    """The figure's numbers of the run in ``run_dir``, or of its first ``upto`` env steps
+    (then without the whole run's wall time, throughput and final win rate)."""
     import numpy as np
 
     summary = json.loads((run_dir / "summary.json").read_text())
+    if upto is not None:
+        summary = {"num_seeds": summary["num_seeds"], "env_steps": upto, "wall_s": None}
     stats = ["eval_win_rate", *(f"eval_stat_{s}" for s in (*RADAR, "goals_conceded"))]
-    per_seed = tail_means(run_dir, stats)
+    per_seed = tail_means(run_dir, stats, upto)
     return {
         "method": label,
         "run": str(run_dir.relative_to(ROOT)) if run_dir.is_relative_to(ROOT) else str(run_dir),
@@ -122,7 +145,7 @@ def method_row(label: str, run_dir: Path) -> dict:
         "train_win_rate": summary.get("final_win_rate_mean"),
         # the sampling policy's episodes during training (the greedy policy of a nearly
         # deterministic scenario plays almost the same episode every time)
-        "train": training_tail(run_dir, ["win", *RADAR, "goals_conceded"]),
+        "train": training_tail(run_dir, ["win", *RADAR, "goals_conceded"], upto),
         "eval": {
             k.removeprefix("eval_stat_").removeprefix("eval_"): {
                 "mean": float(np.mean(v)),
@@ -185,10 +208,11 @@ def markdown(rows: list[dict]) -> str:
     head = "| method | " + " | ".join(k.replace("_", " ") for k in keys)
     head += " | train win | seeds | env steps | wall s |\n|---" + "|---" * (len(keys) + 4) + "|\n"
     train_win = lambda r: "" if r["train_win_rate"] is None else f"{r['train_win_rate']:.3f}"
+    wall = lambda r: "" if r["wall_s"] is None else f"{r['wall_s']:.0f}"
     lines = [
         f"| {r['method']} | "
         + " | ".join(cell(r, k) for k in keys)
-        + f" | {train_win(r)} | {r['seeds']} | {r['env_steps']:,} | {r['wall_s']:.0f} |"
+        + f" | {train_win(r)} | {r['seeds']} | {r['env_steps']:,} | {wall(r)} |"
         for r in rows
     ]
     return (
@@ -199,13 +223,17 @@ def markdown(rows: list[dict]) -> str:
     )
 
 
-def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
+def run_figure(
+    figure: str, overrides: list[str], quiet: bool, variants: list[str] | None = None
+) -> list[dict]:
     from omegaconf import OmegaConf
 
     from jaxmarl_llm.runner import run_comparisons, run_into
 
     rows = []
     for label, (config, extra) in FIGURES[figure].items():
+        if variants and label not in variants:
+            continue
         out = ROOT / "runs" / "vgepf" / figure / label.replace(" ", "_").replace("=", "")
         run_into(config, [*extra, f"progress={not quiet}", *overrides], out, f"[{figure}] {label}")
         cfg = OmegaConf.load(out / "config.yaml")
@@ -220,13 +248,8 @@ def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
         for record in ("vgepf/selections.json", "feedback.json"):
             if (out / record).exists():
                 shutil.copy(out / record, dest / Path(record).name)
-    shared = RESULTS / "counterattack.json"
-    if figure in SHARED_ROWS and shared.exists():
-        kept = [r for r in json.loads(shared.read_text()) if r["method"] in SHARED_ROWS[figure]]
-        for r in kept:
-            if r["method"] == "V-GEPF" and figure == "rho":
-                r["method"] = "rho=0.5 (V-GEPF)"
-        rows = kept + rows
+    if figure in SHARED_ROWS:
+        rows = shared_rows(figure, rows, OmegaConf.load(out / "config.yaml"), overrides, quiet)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     radar(rows, RESULTS / f"{figure}_radar.png", f"{figure}: sampling policy, end of training")
@@ -236,6 +259,91 @@ def run_figure(figure: str, overrides: list[str], quiet: bool) -> list[dict]:
     (RESULTS / f"{figure}.md").write_text(table)
     print(table)
     return rows
+
+
+# where the counterattack figure's records of each reference row are kept
+SHARED_RECORDS = {
+    "V-GEPF": Path("counterattack") / "V-GEPF",
+    "MAPPO": Path("counterattack") / "V-GEPF" / "compare" / "mappo_football_counterattack_easy",
+}
+
+
+def same_start(record: Path, cfg) -> bool:
+    """Whether the run recorded in ``record`` started as a run of ``cfg`` with a smaller
+    budget would: the same seed and seed count, no learning-rate annealing (nothing else
+    in a run depends on its total budget) and, for V-GEPF, the same skill-selection
+    period. Its first env steps are then that shorter run up to float rounding (a run
+    retraced by later code or another XLA build drifts from the first update on)."""
+    from omegaconf import OmegaConf
+
+    if not (record / "config.yaml").exists():
+        return False
+    old = OmegaConf.load(record / "config.yaml")
+    every = lambda c: OmegaConf.select(c, "shaping.kwargs.selection.every")
+    return (
+        old.seed == cfg.seed
+        and old.num_seeds == cfg.num_seeds
+        and not old.algo.anneal_lr
+        and not cfg.algo.anneal_lr
+        and (old.shaping.name != "vgepf" or every(old) == every(cfg))
+    )
+
+
+def shared_rows(figure: str, rows: list[dict], cfg, overrides: list[str], quiet: bool) -> list:
+    """``rows`` behind the figure's reference rows (``SHARED_ROWS``): the counterattack
+    figure's where they have the same seeds and env steps; where that run was longer but
+    started the same (``same_start``), its first env steps, as the figure's budget would
+    have trained them; else runs of ``REFERENCES`` with ``cfg``'s seeds and budget
+    (``overrides`` go to the V-GEPF one too)."""
+    want = {(r["seeds"], r["env_steps"]) for r in rows}
+    ((seeds, steps),) = want
+    shared = RESULTS / "counterattack.json"
+    kept = []
+    if shared.exists():
+        kept = [r for r in json.loads(shared.read_text()) if r["method"] in SHARED_ROWS[figure]]
+    same = len(kept) == len(SHARED_ROWS[figure])
+    if not same or {(r["seeds"], r["env_steps"]) for r in kept} != want:
+        records = {label: RESULTS / SHARED_RECORDS[label] for label in SHARED_ROWS[figure]}
+        longer = same and all(r["seeds"] == seeds and r["env_steps"] > steps for r in kept)
+        if longer and all(same_start(records[label], cfg) for label in SHARED_ROWS[figure]):
+            kept = [method_row(label, records[label], upto=steps) for label in SHARED_ROWS[figure]]
+            for r in kept:
+                r["first_steps_of"] = str(records[r["method"]].relative_to(ROOT))
+        else:
+            kept = trained_references(figure, cfg, overrides, quiet, want)
+    for r in kept:
+        if r["method"] == "V-GEPF" and figure == "rho":
+            r["method"] = "rho=0.5 (V-GEPF)"
+    return kept + rows
+
+
+def trained_references(figure: str, cfg, overrides: list[str], quiet: bool, want: set) -> list:
+    """The figure's reference rows trained with ``cfg``'s seeds and budget into
+    ``runs/vgepf/reference/<seeds>x<steps>/``."""
+    from jaxmarl_llm.runner import run_into
+
+    budget = [
+        f"num_seeds={cfg.num_seeds}",
+        f"seed={cfg.seed}",
+        f"algo.total_timesteps={cfg.algo.total_timesteps}",
+        f"progress={not quiet}",
+    ]
+    root = ROOT / "runs" / "vgepf" / "reference" / f"{cfg.num_seeds}x{cfg.algo.total_timesteps}"
+    kept = []
+    for label in SHARED_ROWS[figure]:
+        config, extra = REFERENCES[label]
+        out = root / label
+        given = [*extra, *overrides, *budget] if label == "V-GEPF" else [*extra, *budget]
+        run_into(config, given, out, f"[{figure}] reference {label} -> {out}")
+        row = method_row(label, out)
+        if {(row["seeds"], row["env_steps"])} != want:
+            raise SystemExit(
+                f"{out} ran {row['seeds']} seeds x {row['env_steps']} steps, the figure "
+                f"{want}: delete it to train it again"
+            )
+        copy_records(out, RESULTS / figure / "reference" / label)
+        kept.append(row)
+    return kept
 
 
 def skill_targets(rows: list[dict]) -> str:
@@ -279,11 +387,17 @@ def main(argv=None) -> int:
     )
     p.add_argument("figure", choices=sorted(FIGURES))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--variant", action="append", metavar="LABEL", help="only this variant (repeatable)"
+    )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_intermixed_args(argv)
     logging.basicConfig(format="%(message)s", stream=sys.stdout)
     logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
-    run_figure(args.figure, args.overrides, args.quiet)
+    unknown = set(args.variant or ()) - set(FIGURES[args.figure])
+    if unknown:
+        p.error(f"no such {args.figure} variant: {sorted(unknown)}; {sorted(FIGURES[args.figure])}")
+    run_figure(args.figure, args.overrides, args.quiet, args.variant)
     return 0
 
 

@@ -63,3 +63,59 @@ def test_each_fixed_skill_is_read_against_mappo_on_its_statistic():
     assert "| encourage attack | shots | 1.50 | 1.00 | True |" in table
     assert "| encourage defense | goals_conceded | 0.30 | 0.20 | False |" in table
     assert "shot_success" not in table  # MAPPO's row lacks it
+
+
+def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
+    tmp_path, monkeypatch
+):
+    from omegaconf import OmegaConf
+
+    import jaxmarl_llm.runner as runner
+
+    results = tmp_path / "results"
+    results.mkdir()
+    counterattack = [
+        {"method": m, "seeds": 2, "env_steps": 10_000, "train": {}} for m in ("V-GEPF", "MAPPO")
+    ]
+    (results / "counterattack.json").write_text(json.dumps(counterattack))
+    monkeypatch.setattr(figures, "RESULTS", results)
+    monkeypatch.setattr(figures, "ROOT", tmp_path)
+    trained = []
+
+    def fake_run_into(config, overrides, out, note=None):
+        trained.append((config, overrides))
+        if not out.exists():
+            _run(out, {10: (0.0, 0.5)}, 0.1)
+
+    monkeypatch.setattr(runner, "run_into", fake_run_into)
+    cfg = OmegaConf.create({"num_seeds": 2, "seed": 0, "algo": {"total_timesteps": 10_000}})
+    variant = {"method": "rho=1.0", "seeds": 2, "env_steps": 10_000}
+    rows = figures.shared_rows("rho", [variant], cfg, ["x=1"], quiet=True)
+    assert [r["method"] for r in rows] == ["rho=0.5 (V-GEPF)", "rho=1.0"] and not trained
+
+    cfg.algo.total_timesteps = 5_000  # another budget: the references are trained at it
+    small = {**variant, "env_steps": 10_000 // 2}
+    with pytest.raises(SystemExit, match="delete it"):  # the fake runs 10,000 steps
+        figures.shared_rows("skills", [small], cfg, ["x=1"], quiet=True)
+    assert trained[0][0] == "vgepf_counterattack_easy"
+    assert "x=1" in trained[0][1] and "algo.total_timesteps=5000" in trained[0][1]
+
+    # the counterattack runs' records, started as a 5,000-step run would: their first
+    # 5,000 steps stand in for it
+    shaping = {"name": "vgepf", "kwargs": {"selection": {"every": 5}}}
+    config = OmegaConf.create(
+        {"seed": 0, "num_seeds": 2, "algo": {"anneal_lr": False}, "shaping": shaping}
+    )
+    cfg.shaping = shaping
+    cfg.algo.anneal_lr = False
+    for rel in figures.SHARED_RECORDS.values():
+        _run(results / rel, {4: (0.0, 1.0), 5: (0.5, 0.5), 10: (1.0, 1.0)}, 0.3)
+        OmegaConf.save(config, results / rel / "config.yaml")
+    trained.clear()
+    rows = figures.shared_rows("skills", [small], cfg, [], quiet=True)
+    assert not trained and [r["method"] for r in rows] == ["V-GEPF", "MAPPO", "rho=1.0"]
+    assert rows[0]["env_steps"] == 5_000 and rows[0]["wall_s"] is None
+    assert rows[0]["eval"]["win_rate"]["per_seed"] == [0.25, 0.75]  # updates 4 and 5 only
+    cfg.shaping.kwargs.selection.every = 2  # another selection period: trained instead
+    with pytest.raises(SystemExit, match="delete it"):
+        figures.shared_rows("skills", [small], cfg, [], quiet=True)

@@ -145,3 +145,53 @@ def test_render_match_script_writes_a_gif(tmp_path, capsys):
         assert gif.size == (SIZE, SIZE) and gif.n_frames in (5, 6)
     assert script.main(["--env", "matrix:penalty", "--steps", "2"]) == 2
     assert "Renderer" in capsys.readouterr().err
+
+
+def _rollout_states(env, n: int, steps: int, seed: int):
+    """``n`` states [n, ...] after ``steps`` random-action steps, one env each (episodes
+    that end restart, so the batch mixes kick-offs, attacks and resets)."""
+    k_reset, k_run = jax.random.split(jax.random.PRNGKey(seed))
+    _, state = jax.vmap(env.reset)(jax.random.split(k_reset, n))
+    n_act = env.action_space(env.agents[0]).n
+
+    def body(state, key):
+        k_act, k_step = jax.random.split(key)
+        acts = jax.random.randint(k_act, (n, len(env.agents)), 0, n_act)
+        actions = {a: acts[:, i] for i, a in enumerate(env.agents)}
+        _, state, *_ = jax.vmap(env.step)(jax.random.split(k_step, n), state, actions)
+        return state, None
+
+    return jax.lax.scan(body, state, jax.random.split(k_run, steps))[0]
+
+
+def _scattered(states, seed: int):
+    """The same states with players and ball drawn uniformly over the whole view (off the
+    pitch too) and some players stacked on one spot (degenerate hulls, zero-length
+    formation segments)."""
+    rng = np.random.default_rng(seed)
+    n = states.pos.shape[0]
+    pos = rng.uniform([-1.15, -0.56], [1.15, 0.56], (n, 22, 2)).astype(np.float32)
+    pos[: n // 4, 1:8] = pos[: n // 4, 1:2]  # seven left outfield players on one spot
+    pos[n // 4 : n // 2, 12:22] = pos[n // 4 : n // 2, 12:13]  # the right outfield, all
+    ball = rng.uniform([-1.15, -0.56], [1.15, 0.56], (n, 2)).astype(np.float32)
+    return states.replace(pos=jnp.asarray(pos), ball=jnp.asarray(ball))
+
+
+@pytest.mark.parametrize("size", [96, 224])
+@pytest.mark.parametrize(
+    "scenario", ["football:academy_counterattack_easy", "football:11_vs_11_easy_stochastic"]
+)
+def test_renderer_is_pixel_identical_to_the_frozen_reference(scenario, size):
+    """The football CLIP was trained on the frozen renderer's frames: every pixel of 64
+    states (32 from random play, 32 scattered) must stay the same, jitted and vmapped as
+    the potential calls it."""
+    from football_render_frozen import render as frozen
+
+    env = envs.make(scenario)
+    played = _rollout_states(env, 32, 25, seed=size)
+    states = jax.tree.map(
+        lambda a, b: jnp.concatenate([a, b]), played, _scattered(played, seed=size)
+    )
+    new = jax.jit(jax.vmap(lambda s: fr.render(s, size)))(states)
+    old = jax.jit(jax.vmap(lambda s: frozen(s, size)))(states)
+    np.testing.assert_array_equal(np.asarray(new), np.asarray(old))

@@ -1,0 +1,201 @@
+"""A frozen copy of ``envs/football/render.py`` as the football CLIP was trained on it
+(the reference that ``test_football_render.py`` holds the renderer to, pixel for pixel).
+Do not edit: a change to the drawing belongs in ``envs/football/render.py``, where this
+test will flag it, and asks for the CLIP to be retrained.
+
+``render(state, size)`` draws a ``[size, size, 3]`` uint8 picture: the pitch (touch and
+goal lines, halfway line, centre circle and spot, penalty boxes, goals) on green, each
+team's convex hull of its outfield players as a translucent polygon and its formation
+lines (defenders, midfielders, forwards of the 4-4-2, each line joined in order of y) in
+the team colour, the players as discs (left team blue, right team red) and the ball as
+a white disc with a black rim on top. The pitch keeps its aspect ratio and is
+letterboxed (black bars above and below).
+
+Everything is array math over the pixel grid (distance fields and masks per primitive),
+so it jits and vmaps over batches of states. Coordinates are GRF's as stored in the
+state (both teams in left-team coordinates): x in [-1, 1] left to right, y in
+[-0.42, 0.42] top to bottom.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# visible world: the pitch plus a margin on every side (goals stick out behind the lines)
+VIEW_HALF_WIDTH = 1.1
+VIEW_HALF_HEIGHT = 0.52
+PITCH_HALF_HEIGHT = 0.42
+
+PLAYER_RADIUS = 0.028
+BALL_RADIUS = 0.016
+BALL_RIM = 0.006
+HULL_ALPHA = 0.35
+LINE_HALF_WIDTH = 0.007  # pitch lines, about 1.5 px at size 224
+FORMATION_HALF_WIDTH = 0.005
+
+GREEN = (40, 140, 60)
+WHITE = (255, 255, 255)
+BLACK = (0, 0, 0)
+LEFT_COLOUR = (30, 80, 230)
+RIGHT_COLOUR = (220, 30, 30)
+LEFT_LINE_COLOUR = (120, 170, 255)
+RIGHT_LINE_COLOUR = (255, 140, 140)
+
+# the formation lines of the 4-4-2 (team indices, scenarios.py): defenders, midfielders,
+# forwards; consecutive players of a line (in order of y) are joined
+LINES = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10))
+
+# pitch markings as segments [S, 2, 2] (x, y end points)
+_BOX_X, _BOX_Y = 0.70, 0.24  # penalty box: from the goal line to |x| = 0.70, |y| < 0.24
+_GOAL_Y, _GOAL_DEPTH = 0.044, 0.04
+
+
+def _pitch_segments() -> np.ndarray:
+    h = PITCH_HALF_HEIGHT
+    segs = [
+        ((-1, -h), (1, -h)),  # touch lines
+        ((-1, h), (1, h)),
+        ((-1, -h), (-1, h)),  # goal lines
+        ((1, -h), (1, h)),
+        ((0, -h), (0, h)),  # halfway line
+    ]
+    for s in (-1.0, 1.0):
+        segs += [
+            ((s, -_BOX_Y), (s * _BOX_X, -_BOX_Y)),
+            ((s * _BOX_X, -_BOX_Y), (s * _BOX_X, _BOX_Y)),
+            ((s * _BOX_X, _BOX_Y), (s, _BOX_Y)),
+            ((s, -_GOAL_Y), (s * (1 + _GOAL_DEPTH), -_GOAL_Y)),
+            ((s * (1 + _GOAL_DEPTH), -_GOAL_Y), (s * (1 + _GOAL_DEPTH), _GOAL_Y)),
+            ((s * (1 + _GOAL_DEPTH), _GOAL_Y), (s, _GOAL_Y)),
+        ]
+    return np.asarray(segs, np.float32)
+
+
+PITCH_SEGMENTS = _pitch_segments()  # [17, 2, 2]
+CENTRE_CIRCLE_RADIUS = 0.17
+
+
+def scale(size: int) -> float:
+    """Pixels per world unit in a ``size`` frame."""
+    return size / (2.0 * VIEW_HALF_WIDTH)
+
+
+def world_to_pixel(xy, size: int = 224):
+    """(row, col) float pixel coordinates of world points ``xy`` [..., 2] (pixel centres
+    are at integers)."""
+    xy = np.asarray(xy, np.float32)
+    s = scale(size)
+    return xy[..., 1] * s + size / 2 - 0.5, xy[..., 0] * s + size / 2 - 0.5
+
+
+def _grid(size: int) -> jax.Array:
+    """World coordinates of every pixel centre. [size, size, 2] (x, y)"""
+    s = scale(size)
+    centres = (jnp.arange(size, dtype=jnp.float32) + 0.5 - size / 2) / s  # [size]
+    x, y = jnp.meshgrid(centres, centres)  # x varies along columns, y along rows
+    return jnp.stack([x, y], -1)
+
+
+def _segment_distance(p: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """Distance of points p [H, W, 2] to segments a->b [S, 2]. -> [S, H, W]"""
+    ab = (b - a)[:, None, None]  # [S, 1, 1, 2]
+    ap = p[None] - a[:, None, None]  # [S, H, W, 2]
+    t = (ap * ab).sum(-1) / jnp.maximum((ab**2).sum(-1), 1e-12)
+    t = jnp.clip(t, 0.0, 1.0)
+    return jnp.sqrt(((ap - t[..., None] * ab) ** 2).sum(-1))
+
+
+def hull_vertices(points: jax.Array) -> jax.Array:
+    """Convex hull of ``points`` [P, 2] as a closed, padded vertex list [P + 1, 2].
+
+    Gift wrapping in P fixed steps (as ``env.hull_area``): from the lowest-x point, each
+    step moves to the candidate with no point strictly to its right (the farthest on
+    ties); once back at the start it stays there, so the list ends in repeats of the start
+    (zero-length edges). Vertex ``k`` to ``k + 1`` are the hull's edges, all turning the
+    same way."""
+    p_count = points.shape[0]
+    start = jnp.argmin(points[:, 0] * 1e3 + points[:, 1])
+
+    def step(carry, _):
+        cur, closed = carry
+        d = points - points[cur]  # [P, 2]
+        cross = d[:, None, 0] * d[None, :, 1] - d[:, None, 1] * d[None, :, 0]  # [P, P]
+        dist = (d**2).sum(-1)
+        ok = ~(cross < -1e-9).any(-1) & (dist > 1e-12)
+        nxt = jnp.argmax(jnp.where(ok, dist, -1.0))
+        nxt = jnp.where(closed | ~ok.any(), cur, nxt)
+        return (nxt, closed | (nxt == start)), nxt
+
+    _, idx = jax.lax.scan(step, (start, jnp.zeros((), bool)), None, length=p_count)
+    return points[jnp.concatenate([start[None], idx])]
+
+
+def _inside_convex(p: jax.Array, verts: jax.Array) -> jax.Array:
+    """Pixels p [H, W, 2] inside the closed convex polygon ``verts`` [V, 2] (zero-length
+    edges allowed). -> [H, W] bool"""
+    a, b = verts[:-1], verts[1:]  # [E, 2]
+    e = b - a
+    # orientation of the polygon (sign of its shoelace area); edges all turn this way
+    orient = jnp.sign((a[:, 0] * b[:, 1] - b[:, 0] * a[:, 1]).sum())
+    ap = p[None] - a[:, None, None]  # [E, H, W, 2]
+    cross = e[:, None, None, 0] * ap[..., 1] - e[:, None, None, 1] * ap[..., 0]  # [E, H, W]
+    return (orient != 0) & (cross * orient >= -1e-9).all(0)
+
+
+def _formation_segments(team: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Segments joining neighbours (in y) of each formation line of one team [11, 2].
+    -> a, b [7, 2]"""
+    a, b = [], []
+    for line in LINES:
+        pts = team[jnp.asarray(line)]  # [L, 2]
+        pts = pts[jnp.argsort(pts[:, 1])]
+        a.append(pts[:-1])
+        b.append(pts[1:])
+    return jnp.concatenate(a), jnp.concatenate(b)
+
+
+def _paint(img: jax.Array, mask: jax.Array, colour, alpha=1.0) -> jax.Array:
+    """Blend ``colour`` over ``img`` [H, W, 3] float where ``mask`` [H, W]."""
+    c = jnp.asarray(colour, jnp.float32)
+    return jnp.where(mask[..., None], (1.0 - alpha) * img + alpha * c, img)
+
+
+def render(state, size: int = 224) -> jax.Array:
+    """``[size, size, 3]`` uint8 top view of a ``FootballState`` (see the module doc)."""
+    p = _grid(size)  # [H, W, 2]
+    px = 1.0 / scale(size)  # one pixel in world units
+    pos = state.pos.astype(jnp.float32)  # [22, 2]
+    teams = (pos[:11], pos[11:])
+
+    on_view = jnp.abs(p[..., 1]) <= VIEW_HALF_HEIGHT
+    img = jnp.where(on_view[..., None], jnp.asarray(GREEN, jnp.float32), 0.0)  # [H, W, 3]
+
+    segs = jnp.asarray(PITCH_SEGMENTS)
+    lw = jnp.maximum(LINE_HALF_WIDTH, 0.5 * px)
+    on_line = (_segment_distance(p, segs[:, 0], segs[:, 1]) <= lw).any(0)
+    r = jnp.sqrt((p**2).sum(-1))
+    on_line |= jnp.abs(r - CENTRE_CIRCLE_RADIUS) <= lw
+    on_line |= r <= 2.0 * lw  # centre spot
+    img = _paint(img, on_line, WHITE)
+
+    for team, colour in zip(teams, (LEFT_COLOUR, RIGHT_COLOUR), strict=True):
+        inside = _inside_convex(p, hull_vertices(team[1:]))
+        img = _paint(img, inside, colour, HULL_ALPHA)
+
+    fw = jnp.maximum(FORMATION_HALF_WIDTH, 0.5 * px)
+    for team, colour in zip(teams, (LEFT_LINE_COLOUR, RIGHT_LINE_COLOUR), strict=True):
+        a, b = _formation_segments(team)
+        img = _paint(img, (_segment_distance(p, a, b) <= fw).any(0), colour)
+
+    pr = jnp.maximum(PLAYER_RADIUS, 0.5 * px)
+    d_players = jnp.sqrt(((p[None] - pos[:, None, None]) ** 2).sum(-1))  # [22, H, W]
+    img = _paint(img, (d_players[:11] <= pr).any(0), LEFT_COLOUR)
+    img = _paint(img, (d_players[11:] <= pr).any(0), RIGHT_COLOUR)
+
+    br = jnp.maximum(BALL_RADIUS, 0.5 * px)
+    d_ball = jnp.sqrt(((p - state.ball.astype(jnp.float32)) ** 2).sum(-1))  # [H, W]
+    img = _paint(img, d_ball <= br + BALL_RIM, BLACK)
+    img = _paint(img, d_ball <= br, WHITE)
+    return jnp.clip(jnp.round(img), 0, 255).astype(jnp.uint8)

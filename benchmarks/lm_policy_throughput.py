@@ -40,6 +40,7 @@ from jaxmarl_llm.lm.lora import (
     parameter_count,
     save_adapters,
 )
+from jaxmarl_llm.methods.verco.models import tiny_gemma_config
 from jaxmarl_llm.methods.verco.policy import (
     DecoderLM,
     ValueHead,
@@ -64,20 +65,7 @@ SHAPES = {
         rope_global_base=100_000.0,
         query_pre_attn_scalar=64.0,
     ),
-    "tiny": GemmaConfig(
-        vocab_size=128,
-        d_model=32,
-        n_layers=2,
-        ffn_dim=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=8,
-        rms_eps=1e-6,
-        context_length=256,
-        rope_global_base=1e6,
-        sliding_window_pattern=2,
-        query_pre_attn_scalar=8.0,
-    ),
+    "tiny": tiny_gemma_config(vocab_size=128, context_length=256, sliding_window=512),
 }
 
 

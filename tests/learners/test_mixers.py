@@ -111,6 +111,7 @@ def _fit_payoff(name: str, steps: int = 3000) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(q_tot(p)).reshape(3, 3), np.asarray(p["u"].argmax(-1))
 
 
+@pytest.mark.slow
 def test_qplex_represents_the_non_monotonic_penalty_game_qmix_cannot():
     table, greedy = _fit_payoff("qplex")
     np.testing.assert_allclose(table, PENALTY, atol=0.5)

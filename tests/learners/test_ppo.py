@@ -65,6 +65,7 @@ def test_learns_bandit_and_respects_mask(kw):
     assert np.asarray(m["eval_episodes"]).tolist() == [16, 16]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("commnet_steps", [0, 1], ids=["independent", "commnet"])
 def test_only_commnet_learns_what_the_teammate_sees(commnet_steps):
     """Each agent must name its teammate's private bit: independent actors stay at the

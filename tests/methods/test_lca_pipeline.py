@@ -71,6 +71,7 @@ def test_text_labels_through_scripted_backend_match_array_teacher(tmp_path):
     np.testing.assert_array_equal(conf2, conf)
 
 
+@pytest.mark.slow
 def test_prepare_learns_a_potential_that_rewards_progress_and_zero_for_noop(tmp_path):
     env = _env()
     cfg = LCAConfig(**SMALL)

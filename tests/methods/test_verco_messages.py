@@ -16,7 +16,6 @@ from envs.salad.env import SaladKitchen
 from envs.salad.text import global_description
 from jaxmarl_llm.lm.backend import Backend, Completion
 from jaxmarl_llm.lm.gemma.model import Gemma3, init_cache
-from jaxmarl_llm.lm.gemma.weights import GemmaConfig
 from jaxmarl_llm.lm.labeling import LabelingPolicy
 from jaxmarl_llm.lm.lora import init_lora, load_adapters, merge_lora, save_adapters
 from jaxmarl_llm.lm.scripted import ScriptedBackend
@@ -34,6 +33,7 @@ from jaxmarl_llm.methods.verco.messages import (
     split_by_episode,
     train_message_adapter,
 )
+from jaxmarl_llm.methods.verco.models import tiny_gemma_config
 from jaxmarl_llm.methods.verco.policy import DecoderLM, pack_prompts
 from jaxmarl_llm.methods.verco.teacher import (
     MESSAGE_WORD_BUDGET,
@@ -69,21 +69,7 @@ class WordTokenizer:
 
 
 TOK = WordTokenizer()
-TINY = GemmaConfig(
-    vocab_size=TOK.vocab_size,
-    d_model=32,
-    n_layers=2,
-    ffn_dim=64,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=8,
-    rms_eps=1e-6,
-    context_length=256,
-    rope_global_base=1e6,
-    sliding_window=16,
-    sliding_window_pattern=2,
-    query_pre_attn_scalar=8.0,
-)
+TINY = tiny_gemma_config(vocab_size=TOK.vocab_size, context_length=256, sliding_window=16)
 LM = DecoderLM(Gemma3(TINY), init_cache)
 
 
@@ -325,6 +311,7 @@ def test_pack_sft_examples_masks_only_the_message_and_end_token():
         pack_sft_examples(TOK, ["see"], ["I fetch"], length=4)
 
 
+@pytest.mark.slow
 def test_sft_drives_held_out_token_accuracy_up():
     lora, history = trained()
     before = held_token_accuracy(fresh_lora())

@@ -17,7 +17,6 @@ import optax
 import pytest
 
 from jaxmarl_llm.lm.gemma.model import Gemma3, init_cache
-from jaxmarl_llm.lm.gemma.weights import GemmaConfig
 from jaxmarl_llm.lm.lora import (
     LoraAdapter,
     init_lora,
@@ -36,6 +35,7 @@ from jaxmarl_llm.methods.verco.losses import (
     policy_entropy,
     ppo_loss,
 )
+from jaxmarl_llm.methods.verco.models import tiny_gemma_config
 from jaxmarl_llm.methods.verco.policy import (
     DecoderLM,
     ValueHead,
@@ -50,21 +50,8 @@ from jaxmarl_llm.methods.verco.policy import (
     prompt_features,
 )
 
-TINY = GemmaConfig(
-    vocab_size=97,
-    d_model=32,
-    n_layers=2,
-    ffn_dim=64,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=8,
-    rms_eps=1e-6,
-    context_length=128,
-    rope_global_base=1e6,
-    sliding_window=6,  # shorter than the prompts: the local layer's window matters
-    sliding_window_pattern=2,
-    query_pre_attn_scalar=8.0,
-)
+# the local layer's window (6) is shorter than the prompts, so it matters
+TINY = tiny_gemma_config(vocab_size=97, context_length=128, sliding_window=6)
 LM = DecoderLM(Gemma3(TINY), init_cache)
 
 # Three prompts of different lengths; candidate lists of different sizes and lengths.

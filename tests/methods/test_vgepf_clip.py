@@ -30,6 +30,7 @@ def tc():
 COMMITTED = clip_model.default_clip_path()
 
 
+@pytest.mark.slow
 def test_quick_run_writes_a_loadable_clip_and_a_report(tc, tmp_path):
     out = tmp_path / "clip_quick"
     report = tc.main(["--quick", "--out", str(out)])

@@ -318,6 +318,7 @@ def compute_reward(processed_state, llm_tasks, tasks):
 ```"""
 
 
+@pytest.mark.slow
 def test_the_reward_ablation_uses_the_models_reward_function(tmp_path, caplog):
     from jaxmarl_llm.lm.server import serve
     from jaxmarl_llm.methods.yolo.shaper import yolo_shaper

@@ -64,23 +64,29 @@ class WordTokenizer:
         return " ".join(f"w{i}" for i in ids if not (skip_special and i <= self.eos_id))
 
 
-def tiny_gemma_config():
+def tiny_gemma_config(**overrides):
+    """A two-layer random Gemma for tests and tiny benchmarks; ``overrides`` replace fields."""
+    import dataclasses
+
     from jaxmarl_llm.lm.gemma.weights import GemmaConfig
 
-    return GemmaConfig(
-        vocab_size=WordTokenizer.vocab_size,
-        d_model=32,
-        n_layers=2,
-        ffn_dim=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=8,
-        rms_eps=1e-6,
-        context_length=1024,
-        rope_global_base=1e6,
-        sliding_window=64,
-        sliding_window_pattern=2,
-        query_pre_attn_scalar=8.0,
+    return dataclasses.replace(
+        GemmaConfig(
+            vocab_size=WordTokenizer.vocab_size,
+            d_model=32,
+            n_layers=2,
+            ffn_dim=64,
+            n_heads=4,
+            n_kv_heads=2,
+            head_dim=8,
+            rms_eps=1e-6,
+            context_length=1024,
+            rope_global_base=1e6,
+            sliding_window=64,
+            sliding_window_pattern=2,
+            query_pre_attn_scalar=8.0,
+        ),
+        **overrides,
     )
 
 

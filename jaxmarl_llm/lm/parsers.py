@@ -10,12 +10,14 @@ Answer forms:
 - hash choice ``"#1"`` / ``"#2"`` / ``"#0"`` (DPM's trajectory comparison);
 - agent ranking ``"Rank #1 : {3}"`` lines with ties ``{1,2}`` (DPM's agent ranking);
 - a fenced Python block (YOLO-MARL's planning and reward functions);
-- one option of a list (V-GEPF's skill choice).
+- one option of a list (V-GEPF's skill choice);
+- a team goal and numbered key steps (LCA's goal inferred from a trajectory's rewards).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -241,3 +243,87 @@ def parse_next_option(text: str, options: Sequence[str]) -> int:
     except ParseError as e:
         where = "after 'Next Skill:'" if found else "(no 'Next Skill:' line)"
         raise ParseError("skill_choice", f"{e.reason} {where}", text) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class TeamGoal:
+    """LCA's team goal and its key steps in order (the ranking prompts' ``team_target``
+    and ``key_steps``)."""
+
+    goal: str
+    steps: tuple[str, ...]
+
+    def key_steps_text(self) -> str:
+        """``"1. a 2. b"`` (one step: its text alone), the form the ranking prompts show."""
+        if len(self.steps) == 1:
+            return self.steps[0]
+        return " ".join(f"{k}. {step}" for k, step in enumerate(self.steps, 1))
+
+    def answer_text(self) -> str:
+        """The answer form the team-goal prompt asks for, which ``parse_team_goal`` reads."""
+        steps = [f"{k}. {step}" for k, step in enumerate(self.steps, 1)]
+        return "\n".join([f"Team goal: {self.goal}", "Key steps:", *steps])
+
+
+_GOAL_LABEL = re.compile(r"^[\s*#]*team\s+goal\s*\**\s*:\**\s*", re.I)
+_STEPS_LABEL = re.compile(r"[\s*#]*key\s+steps\s*\**\s*:\**", re.I)
+_LINE_STEP = re.compile(r"^\s*(\d{1,2})[.)](?:\s+(.*))?$")
+_INLINE_STEP = re.compile(r"(?:^|(?<=\s))(\d{1,2})[.)](?:\s+|$)")
+
+
+def parse_key_steps(text: str) -> tuple[str, ...]:
+    """Numbered steps, one per line where several lines start with a number (``1. a`` /
+    ``2) b``; a line without a number continues the step before it; a blank line after
+    the steps ends them), else inline (``1. a 2. b``: a number that is not the next one
+    stays in the step's text). Numbering runs 1, 2, ... Text without numbers is one step."""
+    lines = text.strip().splitlines()
+    if sum(bool(_LINE_STEP.match(line)) for line in lines) > 1:
+        steps: list[str] = []
+        for line in lines:
+            m = _LINE_STEP.match(line)
+            if m:
+                if int(m.group(1)) != len(steps) + 1:
+                    raise ParseError(
+                        "team_goal", f"step {m.group(1)} where {len(steps) + 1} was due", text
+                    )
+                steps.append((m.group(2) or "").strip())
+            elif not line.strip():
+                if steps:
+                    break
+            elif steps:
+                steps[-1] = f"{steps[-1]} {line.strip()}".strip()
+            else:
+                raise ParseError("team_goal", "text before the first numbered step", text)
+    else:
+        flat = " ".join(line.strip() for line in lines)
+        cuts, due = [], 1
+        for m in _INLINE_STEP.finditer(flat):
+            if int(m.group(1)) == due:
+                cuts.append(m)
+                due += 1
+        if not cuts:
+            steps = [flat] if flat else []
+        elif cuts[0].start() != 0:
+            raise ParseError("team_goal", "text before step 1", text)
+        else:
+            ends = [c.start() for c in cuts[1:]] + [len(flat)]
+            steps = [flat[c.end() : e].strip() for c, e in zip(cuts, ends, strict=True)]
+    if not steps or any(not step for step in steps):
+        raise ParseError("team_goal", "an empty key step" if steps else "no key steps", text)
+    return tuple(steps)
+
+
+def parse_team_goal(text: str) -> TeamGoal:
+    """``Team goal: <sentence>`` (the label optional: a prompt may end with it), then
+    ``Key steps:`` and the numbered steps (``parse_key_steps``) -> ``TeamGoal``."""
+    label = _STEPS_LABEL.search(text)
+    if label is None:
+        raise ParseError("team_goal", "no 'Key steps:' label", text)
+    goal = " ".join(_GOAL_LABEL.sub("", text[: label.start()].strip(), count=1).split())
+    if not goal.strip("*#.: "):
+        raise ParseError("team_goal", "no team goal before 'Key steps:'", text)
+    try:
+        steps = parse_key_steps(text[label.end() :])
+    except ParseError as e:
+        raise ParseError("team_goal", e.reason, text) from None
+    return TeamGoal(goal=goal, steps=steps)

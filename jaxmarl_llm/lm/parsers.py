@@ -315,7 +315,8 @@ def parse_key_steps(text: str) -> tuple[str, ...]:
 
 def parse_team_goal(text: str) -> TeamGoal:
     """``Team goal: <sentence>`` (the label optional: a prompt may end with it), then
-    ``Key steps:`` and the numbered steps (``parse_key_steps``) -> ``TeamGoal``."""
+    ``Key steps:`` and the numbered steps (``parse_key_steps``) -> ``TeamGoal``. A goal or
+    step that starts with a ``<placeholder>`` of the asked form is no answer."""
     label = _STEPS_LABEL.search(text)
     if label is None:
         raise ParseError("team_goal", "no 'Key steps:' label", text)
@@ -326,4 +327,9 @@ def parse_team_goal(text: str) -> TeamGoal:
         steps = parse_key_steps(text[label.end() :])
     except ParseError as e:
         raise ParseError("team_goal", e.reason, text) from None
+    if any(_PLACEHOLDER.match(part) for part in (goal, *steps)):
+        raise ParseError("team_goal", "repeats the answer form's <placeholders>", text)
     return TeamGoal(goal=goal, steps=steps)
+
+
+_PLACEHOLDER = re.compile(r"\s*<[^<>]*>")  # "<one sentence>": the form, not an answer

@@ -83,6 +83,9 @@ def test_team_goal_parser_forms_and_malformed_answers():
         ("Team goal: x\nKey steps:\n1. a\n2.  ", "empty key step"),
         ("Team goal: x\nKey steps: first 1. a 2. b", "text before step 1"),
         ("", "no 'Key steps:'"),
+        # Gemma 3 270M's first answer: the form itself
+        (" <one sentence>\nKey steps:\n1. <first key step>\n2. <next key step>", "placeholder"),
+        ("Team goal: open it\nKey steps:\n1. go\n2. <next key step>", "placeholder"),
     ]:
         with pytest.raises(ParseError, match=reason) as e:
             parse_team_goal(bad)

@@ -152,6 +152,8 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 row["label_accuracy"] = r.get("label_accuracy_vs_heuristic")
                 row["model_accuracy"] = r.get("val_accuracy_vs_heuristic")
                 row["pairs"] = r.get("pairs")
+                row["mean_abs_potential_step"] = r.get("mean_abs_potential_step")
+                row["reward_scale"] = r.get("scale")
             feedback = out / "feedback.json"
             if feedback.exists():  # iterative LCA: the pairs and model after the last round
                 last = json.loads(feedback.read_text())
@@ -176,12 +178,17 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
     previous = RESULTS / f"{figure}.json"
     if previous.exists():
         new = {(r["env"], r["variant"]) for r in rows}
+        old = json.loads(previous.read_text())
         kept = [
             r
-            for r in json.loads(previous.read_text())
+            for r in old
             if (r["env"] not in env_names) or (args.only and (r["env"], r["variant"]) not in new)
         ]
-        rows = sorted(kept + rows, key=lambda r: ENVS.index(r["env"]))
+        place = {(r["env"], r["variant"]): i for i, r in enumerate(old)}  # a rerun row stays put
+        rows = sorted(
+            kept + rows,
+            key=lambda r: (ENVS.index(r["env"]), place.get((r["env"], r["variant"]), len(old))),
+        )
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
     print(markdown_table(rows))

@@ -331,8 +331,11 @@ def parse_hash_choice(text: str) -> float:
 
 # ----- DPM's agent ranking ---------------------------------------------------------------
 
-# Loose: anything that looks like a rank line; each must then match the strict form.
-_RANK_LIKE = re.compile(r"\brank\b[^\n{]{0,24}\{[^{}\n]*\}", re.I)
+# Loose: "rank" and a number, then braces; each must then match the strict form
+# ("I rank them {see below}" has no number and is prose).
+_RANK_LIKE = re.compile(
+    r"\brank[ \t*_]*(?:#[ \t]*)?(?P<number>[^\s:={*_]+)[^\n{]{0,24}\{[^{}\n]*\}", re.I
+)
 _RANK_LINE = re.compile(
     r"rank[ \t*_]*(?:#[ \t]*)?(?P<rank>[0-9]{1,6})[ \t*_]*[:=\-–][ \t*_]*\{(?P<members>[^{}]*)\}",
     re.I,
@@ -352,6 +355,8 @@ def parse_agent_ranking(text: str, num_agents: int) -> np.ndarray:
     """
     lines = []
     for m in _RANK_LIKE.finditer(text):
+        if not _HAS_DIGIT.search(m.group("number")):
+            continue
         strict = _RANK_LINE.fullmatch(m.group())
         if strict is None:
             raise ParseError("agent_ranking", f"malformed rank line {m.group()!r}", text)
@@ -471,8 +476,8 @@ _OPTION_NUMBER = re.compile(r"(?:(?:skill|option|instruction|choice)[ \t]*)?#?[ 
 # A mention right after one of these (up to two words between) is not the choice:
 # "not shoot", "avoid the long pass", "rather than shoot", "not repeating shoot".
 _OPTION_NEGATION = re.compile(
-    r"\b(?:not|no|never|avoid|avoiding|don'?t|instead of|rather than|than|except|besides)"
-    r"(?: [\w']+){0,2} $"
+    r"\b(?:not(?! only\b)|no|never|avoid|avoiding|don'?t|instead of|rather than|than|except"
+    r"|besides)(?: [\w']+){0,2} $"
 )
 
 

@@ -275,7 +275,8 @@ def test_agent_ranking_well_formed_in_noise(case_, style, member, data):
     n, raw = case_
     ranks = _dense(raw)
     body = _ranking_text(ranks, style, member, sep=data.draw(st.sampled_from([",", ", "])))
-    text = f"{data.draw(preamble)}\n{body}\n{data.draw(explanation)}"
+    pre = data.draw(st.sampled_from([*PREAMBLES, "I rank the agents {see below}:"]))
+    text = f"{pre}\n{body}\n{data.draw(explanation)}"
     np.testing.assert_array_equal(parse_agent_ranking(text, n), ranks)
 
 
@@ -427,7 +428,8 @@ def test_next_option_well_formed_after_an_analysis(k, data):
 OPTION_BAD = [
     "-1", "+2", "1.5", "0", "7", "12", "option2b", "Skill 2b", "２", "Skill: ٢",
     "pass or shoot", "Skill: shoot, no, pass", "not shoot", "Skill: not shoot",
-    "avoid the long pass", "dribble", "", " ", "**", "Skill:",
+    "avoid the long pass",
+    "not only pass but also shoot", "dribble", "", " ", "**", "Skill:",
 ]  # fmt: skip
 
 

@@ -5,7 +5,8 @@ included).
     PYTHONPATH=$PWD python experiments/sandbox_refusals.py [--out DIR]
 
 writes ``sandbox_refusals.json`` and ``sandbox_refusals.md`` (one row per case: category,
-reason, wall and CPU seconds of the refusal) to ``DIR`` (default
+reason, wall and CPU seconds of the refusal; then the estimated cost per call of every
+reference planning and reward function the project compiles) to ``DIR`` (default
 ``experiments/results/yolo``). ``tests/methods/test_yolo_sandbox_runtime_cost.py`` runs
 the same cases.
 """
@@ -20,11 +21,14 @@ import resource
 import time
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 
 STATE = {"food": jnp.array([[1.0, 2.0], [4.0, 0.0]]), "agents": jnp.array([[0.0, 0.0], [5.0, 1.0]])}
 CONSTANTS = {"NUM_AGENTS": 2, "TARGET_FOOD_0": 0, "TARGET_FOOD_1": 1}
 OUT_SHAPE = (2,)
+REPO = Path(__file__).resolve().parents[1]
+ACCEPTED = "ACCEPTED"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +132,8 @@ HOSTILE_CODE: dict[str, tuple[str, tuple[Hostile, ...]]] = {
                 "sequence of 1000000000000 items",
             ),
             Hostile(
-                "nested lists",
-                "    x = [[0] * 10000] * 10000",
+                "nested lists made an array",
+                "    x = jnp.array([[0] * 10000] * 10000)",
                 "sequence of 100000000 items",
             ),
             Hostile(
@@ -159,8 +163,8 @@ HOSTILE_CODE: dict[str, tuple[str, tuple[Hostile, ...]]] = {
             ),
             Hostile(
                 "three nested loops of 64",
-                "    for i in range(64):\n        for j in range(64):\n"
-                "            for k in range(64):\n                pass",
+                "    x = s['food']\n    for i in range(64):\n        for j in range(64):\n"
+                "            for k in range(64):\n                x = x + 1.0",
                 "nested loops of 262144 steps",
             ),
         ),
@@ -211,7 +215,7 @@ HOSTILE_CODE: dict[str, tuple[str, tuple[Hostile, ...]]] = {
 
 def refuse(case: Hostile, isolate: bool = True, **limit_overrides):
     """``(reason, wall seconds, CPU seconds of this process and its children)`` of
-    compiling ``case``; raises AssertionError if it compiles."""
+    compiling ``case``; the reason is ``ACCEPTED`` if it compiles."""
     from jaxmarl_llm.methods.yolo.sandbox import SandboxLimits, UnsafeCode, compile_function
 
     limits = SandboxLimits(**{**dict(case.limits), **limit_overrides})
@@ -229,7 +233,49 @@ def refuse(case: Hostile, isolate: bool = True, **limit_overrides):
         )
     except UnsafeCode as e:
         return str(e), time.perf_counter() - start, _cpu_seconds() - cpu0
-    raise AssertionError(f"{case.name!r} was not refused")
+    return ACCEPTED, time.perf_counter() - start, _cpu_seconds() - cpu0
+
+
+def reference_functions() -> list[tuple]:
+    """(label, source, function name, sample args, n agents, out kind, constants) of every
+    planning and reward function the project compiles: each env's reference plan, the
+    plans kept in the results folders and the paper's reward function (appendix E)."""
+    import envs
+    from jaxmarl_llm.lm.parsers import parse_python_block
+    from jaxmarl_llm.methods.yolo.shaper import env_tasks, split_functions
+
+    results = REPO / "experiments/results/yolo"
+    paper = (REPO / "experiments/yolo_answers/lbf_paper_reward_iteration1.md").read_text()
+    rows = []
+    for env_name, kept in (
+        ("lbf:8x8-2p-2f-coop", "yolo_lbf"),
+        ("mpe:simple_spread_3", "yolo_spread_3"),
+        ("mpe:simple_spread_4", "yolo_spread_4"),
+        ("smax:3m", "yolo_smax_3m"),
+    ):
+        aenv = envs.make_array_env(env_name)
+        tasks = env_tasks(aenv)
+        # shapes and dtypes are all a trace needs
+        _, sample = jax.eval_shape(aenv.env.reset, jax.random.PRNGKey(0))
+        view = jax.eval_shape(tasks.interpret, sample)
+        n = aenv.num_agents
+        ints = jax.ShapeDtypeStruct((n,), jnp.int32)
+        sources = {f"{env_name} reference": tasks.reference}
+        for path in sorted(results.glob(f"{kept}*/planning_function.py")):
+            sources[str(path.relative_to(REPO))] = path.read_text()
+        if kept == "yolo_lbf":
+            sources["paper reward (appendix E)"] = parse_python_block(paper, "compute_reward")
+        for label, source in sources.items():
+            parts = split_functions(source)
+            for name, args, kind in (
+                ("planning_function", (view,), "i"),
+                ("compute_reward", (view, ints, ints), "f"),
+            ):
+                if name in parts:
+                    rows.append(
+                        (f"{label}: {name}", parts[name], name, args, n, kind, tasks.constants)
+                    )
+    return rows
 
 
 def _cpu_seconds() -> float:
@@ -257,10 +303,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 }
             )
             print(f"{category:42s} {case.name:30s} {wall:6.2f} s wall {cpu:6.2f} s CPU  {reason}")
+    references = reference_costs()
     load = os.getloadavg()[0]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sandbox_refusals.json").write_text(
-        json.dumps({"load_average_1min": load, "rows": rows}, indent=2) + "\n"
+        json.dumps(
+            {"load_average_1min": load, "rows": rows, "reference_functions": references},
+            indent=2,
+        )
+        + "\n"
     )
     lines = [
         "| category | case | refused because | wall s | CPU s |",
@@ -271,8 +322,38 @@ def main(argv: list[str] | None = None) -> list[dict]:
             for r in rows
         ),
     ]
+    lines += [
+        "",
+        "| reference function | input+output elements | operations / element | bytes / element |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['function']} | {r['elements']} | {r['flops_per_element']:.1f} | "
+            f"{r['bytes_per_element']:.1f} |"
+            for r in references
+        ),
+    ]
     (args.out / "sandbox_refusals.md").write_text("\n".join(lines) + "\n")
     return rows
+
+
+def reference_costs() -> list[dict]:
+    """Estimated cost per call of every reference function, per input/output element
+    (the unit of the limits ``max_flops_per_element`` / ``max_bytes_per_element``)."""
+    from jaxmarl_llm.methods.yolo.sandbox import estimated_cost
+
+    out = []
+    for label, source, name, args, _, _, constants in reference_functions():
+        flops, moved, elements = estimated_cost(source, name, args, constants=constants)
+        out.append(
+            {
+                "function": label,
+                "elements": elements,
+                "flops_per_element": round(flops / elements, 2),
+                "bytes_per_element": round(moved / elements, 2),
+            }
+        )
+        print(f"{label:90s} {flops / elements:8.1f} ops {moved / elements:8.1f} bytes per element")
+    return out
 
 
 if __name__ == "__main__":

@@ -3,18 +3,21 @@ hostile code in seconds: one test per category of ``experiments/sandbox_refusals
 each asserting the reason and the time of every refusal."""
 
 import re
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.sandbox_refusals import CONSTANTS, HOSTILE_CODE, STATE, refuse
+from experiments.sandbox_refusals import (
+    CONSTANTS,
+    HOSTILE_CODE,
+    STATE,
+    reference_functions,
+    refuse,
+)
 from jaxmarl_llm.methods.yolo import SandboxLimits, UnsafeCode, check_source, compile_function
 from jaxmarl_llm.methods.yolo.sandbox import _run_time_cost
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _assert_refused_in_seconds(category: str, isolate: bool = False, **limits):
@@ -22,7 +25,7 @@ def _assert_refused_in_seconds(category: str, isolate: bool = False, **limits):
     its trace, or by the jaxpr walk, within 5 s of wall clock. A case that needs the
     isolated trace is stopped by the child's CPU or memory limit: within 5 s of CPU
     (its wall clock on a loaded shared machine is several times that)."""
-    test, cases = HOSTILE_CODE[category]
+    _, cases = HOSTILE_CODE[category]
     for case in cases:
         if case.needs_child:  # nothing in the syntax gives it away
             check_source(case.source, "planning_function", constants=CONSTANTS)
@@ -72,6 +75,10 @@ def test_comprehensions_are_refused():
 
 def test_python_work_no_syntax_check_sees_is_cut_off_by_the_child_limits():
     _assert_refused_in_seconds("Python work no syntax check sees", trace_cpu_seconds=1.0)
+
+
+def test_every_category_has_its_test():
+    assert all(test in globals() for test, _ in HOSTILE_CODE.values())
 
 
 def test_the_isolated_trace_refuses_a_run_time_loop_like_the_in_process_one():
@@ -148,53 +155,11 @@ def test_the_run_time_refusal_is_fed_back_to_the_model():
     assert "loop of 1000000 steps" in asked_with[1]
 
 
-def _reference_functions():
-    """(label, source, function name, sample args, n agents, out kind, constants) of every
-    planning and reward function the project compiles: each env's reference plan, the
-    plans kept in the results folders and the paper's reward function (appendix E)."""
-    import envs
-    from jaxmarl_llm.lm.parsers import parse_python_block
-    from jaxmarl_llm.methods.yolo.shaper import env_tasks, split_functions
-
-    results = REPO / "experiments/results/yolo"
-    paper = (REPO / "experiments/yolo_answers/lbf_paper_reward_iteration1.md").read_text()
-    rows = []
-    for env_name, kept in (
-        ("lbf:8x8-2p-2f-coop", "yolo_lbf"),
-        ("mpe:simple_spread_3", "yolo_spread_3"),
-        ("mpe:simple_spread_4", "yolo_spread_4"),
-        ("smax:3m", "yolo_smax_3m"),
-    ):
-        aenv = envs.make_array_env(env_name)
-        tasks = env_tasks(aenv)
-        # shapes and dtypes are all a trace needs
-        _, sample = jax.eval_shape(aenv.env.reset, jax.random.PRNGKey(0))
-        view = jax.eval_shape(tasks.interpret, sample)
-        n = aenv.num_agents
-        ints = jax.ShapeDtypeStruct((n,), jnp.int32)
-        sources = {f"{env_name} reference": tasks.reference}
-        for path in sorted(results.glob(f"{kept}*/planning_function.py")):
-            sources[str(path.relative_to(REPO))] = path.read_text()
-        if kept == "yolo_lbf":
-            sources["paper reward (appendix E)"] = parse_python_block(paper, "compute_reward")
-        for label, source in sources.items():
-            parts = split_functions(source)
-            for name, args, kind in (
-                ("planning_function", (view,), "i"),
-                ("compute_reward", (view, ints, ints), "f"),
-            ):
-                if name in parts:
-                    rows.append(
-                        (f"{label}: {name}", parts[name], name, args, n, kind, tasks.constants)
-                    )
-    return rows
-
-
 def test_every_reference_function_compiles_far_below_the_cost_limits():
     """Each planning and reward function the project ships passes with limits a hundred
     times tighter than the defaults (loops and arrays as they are)."""
     tight = SandboxLimits(max_flops_per_element=100.0, max_bytes_per_element=1000.0)
-    rows = _reference_functions()
+    rows = reference_functions()
     labels = " ".join(label for label, *_ in rows)
     assert "smax:3m reference" in labels and "paper reward (appendix E): compute_reward" in labels
     assert len(rows) >= 15

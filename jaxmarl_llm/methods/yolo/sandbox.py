@@ -484,7 +484,24 @@ def compile_function(
     return _trace_and_check(*spec)
 
 
-def _trace_and_check(source, name, sample_args, out_shape, out_kind, helpers, constants, limits):
+def estimated_cost(
+    source: str,
+    name: str,
+    sample_args: tuple,
+    helpers: Mapping[str, Any] | None = None,
+    constants: Mapping[str, Any] | None = None,
+    limits: SandboxLimits = SandboxLimits(),
+) -> tuple[float, float, int]:
+    """``(operations, bytes moved, elements)`` of one call of the checked ``source``: what
+    :func:`compile_function` compares with ``max_flops_per_element`` and
+    ``max_bytes_per_element`` times ``elements`` (input and output elements)."""
+    fn, closed = _trace(source, name, sample_args, helpers, constants, limits)
+    out_shape = closed.out_avals[0].shape
+    return (*_run_time_estimate(fn, closed, sample_args, limits), _elements(sample_args, out_shape))
+
+
+def _trace(source, name, sample_args, helpers, constants, limits):
+    """The checked source's function (a dict result stacked) and its jaxpr."""
     tree = check_source(source, name, helpers, constants, limits)
     namespace = _namespace(helpers or {}, constants or {})
     exec(compile(tree, f"<generated {name}>", "exec"), namespace)  # noqa: S102 (checked above)
@@ -507,6 +524,11 @@ def _trace_and_check(source, name, sample_args, out_shape, out_kind, helpers, co
         raise  # the isolated trace reports its memory limit
     except Exception as e:  # any Python error while tracing is the code's fault
         raise UnsafeCode(f"fails when traced: {type(e).__name__}: {e}") from None
+    return fn, closed
+
+
+def _trace_and_check(source, name, sample_args, out_shape, out_kind, helpers, constants, limits):
+    fn, closed = _trace(source, name, sample_args, helpers, constants, limits)
     eqns = _count_equations(closed.jaxpr)
     if eqns > limits.max_equations:
         raise UnsafeCode(f"traces to {eqns} operations (at most {limits.max_equations})")
@@ -526,17 +548,8 @@ def _trace_and_check(source, name, sample_args, out_shape, out_kind, helpers, co
 def _check_run_time_cost(fn, closed, sample_args, out_shape, limits: SandboxLimits) -> None:
     """Refuse loops without a small static trip count, and a call whose estimated work
     is not bounded by the size of what it reads and returns."""
-    flops, moved = _run_time_cost(closed.jaxpr, limits)
-    try:
-        xla = jax.jit(fn).lower(*sample_args).cost_analysis() or {}
-    except Exception as e:  # it traced, so a failure here is the code's fault too
-        raise UnsafeCode(f"fails when lowered: {type(e).__name__}: {e}") from None
-    if isinstance(xla, list | tuple):  # one entry per device in some jax versions
-        xla = xla[0] if xla else {}
-    flops = max(flops, float(xla.get("flops", 0.0)))
-    moved = max(moved, float(xla.get("bytes accessed", 0.0)))
-    elements = sum(int(np.prod(np.shape(x))) for x in jax.tree.leaves(sample_args))
-    elements += int(np.prod(out_shape))
+    flops, moved = _run_time_estimate(fn, closed, sample_args, limits)
+    elements = _elements(sample_args, out_shape)
     for what, estimate, per_element in (
         ("operations", flops, limits.max_flops_per_element),
         ("bytes moved", moved, limits.max_bytes_per_element),
@@ -548,6 +561,26 @@ def _check_run_time_cost(fn, closed, sample_args, out_shape, limits: SandboxLimi
                 f"{elements} it reads and returns): the work must scale with the state "
                 "it reads, not with arrays it makes up"
             )
+
+
+def _run_time_estimate(fn, closed, sample_args, limits: SandboxLimits) -> tuple[float, float]:
+    """(operations, bytes moved) per call: the larger of the jaxpr walk's count and XLA's
+    cost analysis of the lowered program."""
+    flops, moved = _run_time_cost(closed.jaxpr, limits)
+    try:
+        xla = jax.jit(fn).lower(*sample_args).cost_analysis() or {}
+    except Exception as e:  # it traced, so a failure here is the code's fault too
+        raise UnsafeCode(f"fails when lowered: {type(e).__name__}: {e}") from None
+    if isinstance(xla, list | tuple):  # one entry per device in some jax versions
+        xla = xla[0] if xla else {}
+    return max(flops, float(xla.get("flops", 0.0))), max(
+        moved, float(xla.get("bytes accessed", 0.0))
+    )
+
+
+def _elements(sample_args, out_shape) -> int:
+    inputs = sum(int(np.prod(np.shape(x))) for x in jax.tree.leaves(sample_args))
+    return inputs + int(np.prod(out_shape))
 
 
 def _run_time_cost(jaxpr, limits: SandboxLimits) -> tuple[float, float]:

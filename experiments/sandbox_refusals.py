@@ -64,7 +64,7 @@ HOSTILE_CODE: dict[str, tuple[str, tuple[Hostile, ...]]] = {
                 "bound read from the state",
                 "    n = s['food'][0, 0].astype(jnp.int32)\n"
                 "    x = lax.fori_loop(0, n, jnp.maximum, 0)",
-                "trip count is not a static constant",
+                "line 3: has a loop whose trip count is not a static constant",
             ),
         ),
     ),
@@ -74,7 +74,7 @@ HOSTILE_CODE: dict[str, tuple[str, tuple[Hostile, ...]]] = {
             Hostile(
                 "fori_loop of 10**6 steps",
                 "    x = lax.fori_loop(0, 1000000, jnp.maximum, 0)",
-                "loop of 1000000 steps",
+                "line 2: has a loop of 1000000 steps",
             ),
         ),
     ),
@@ -84,7 +84,7 @@ HOSTILE_CODE: dict[str, tuple[str, tuple[Hostile, ...]]] = {
             Hostile(
                 "matmul chain",
                 "    a = jnp.ones((1000, 1000))\n    b = jnp.dot(jnp.dot(a, a), a)",
-                r"would cost about 4e\+09 operations per call",
+                r"line 3: would cost about 4e\+09 operations per call",
             ),
             Hostile(
                 "outer product",

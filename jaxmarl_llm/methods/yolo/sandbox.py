@@ -550,16 +550,19 @@ def _check_run_time_cost(fn, closed, sample_args, out_shape, limits: SandboxLimi
     is not bounded by the size of what it reads and returns."""
     flops, moved = _run_time_estimate(fn, closed, sample_args, limits)
     elements = _elements(sample_args, out_shape)
-    for what, estimate, per_element in (
-        ("operations", flops, limits.max_flops_per_element),
-        ("bytes moved", moved, limits.max_bytes_per_element),
+    for which, (what, estimate, per_element) in enumerate(
+        (
+            ("operations", flops, limits.max_flops_per_element),
+            ("bytes moved", moved, limits.max_bytes_per_element),
+        )
     ):
         if estimate > per_element * elements:
             raise UnsafeCode(
                 f"would cost about {estimate:.3g} {what} per call, more than "
                 f"{per_element * elements:.3g} ({per_element:g} per element of the "
-                f"{elements} it reads and returns): the work must scale with the state "
-                "it reads, not with arrays it makes up"
+                f"{elements} it reads and returns), most of it on this line: the work must "
+                "scale with the state it reads, not with arrays it makes up",
+                _costliest_line(closed.jaxpr, limits, which),
             )
 
 
@@ -587,34 +590,55 @@ def _run_time_cost(jaxpr, limits: SandboxLimits) -> tuple[float, float]:
     """(operations, bytes moved) of one run of ``jaxpr``, a loop's body counted once per
     step (XLA's cost analysis counts it once); refuses loops whose trip count is not a
     static constant of at most ``max_loop``."""
-    flops = moved = 0.0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "while":
+    costs = [_equation_run_time_cost(eqn, limits) for eqn in jaxpr.eqns]
+    return sum(c[0] for c in costs), sum(c[1] for c in costs)
+
+
+def _equation_run_time_cost(eqn, limits: SandboxLimits) -> tuple[float, float]:
+    name = eqn.primitive.name
+    if name == "while":
+        raise UnsafeCode(
+            "has a loop whose trip count is not a static constant (a lax.fori_loop with a "
+            "traced bound, or a while_loop): loops must run a fixed, small number of steps",
+            _generated_line(eqn),
+        )
+    costs = [_run_time_cost(sub, limits) for sub in _equation_subjaxprs(eqn)]
+    if name == "scan":
+        steps = eqn.params["length"]
+        if steps > limits.max_loop:
             raise UnsafeCode(
-                "has a loop whose trip count is not a static constant (a lax.fori_loop "
-                "with a traced bound, or a while_loop): loops must run a fixed, small "
-                "number of steps"
+                f"has a loop of {steps} steps (lax.fori_loop; at most {limits.max_loop})",
+                _generated_line(eqn),
             )
-        costs = [_run_time_cost(sub, limits) for sub in _equation_subjaxprs(eqn)]
-        if name == "scan":
-            steps = eqn.params["length"]
-            if steps > limits.max_loop:
-                raise UnsafeCode(
-                    f"has a loop of {steps} steps (lax.fori_loop; at most {limits.max_loop})"
-                )
-            flops += steps * sum(c[0] for c in costs)
-            moved += steps * sum(c[1] for c in costs)
-        elif name == "cond":  # one branch runs
-            flops += max(c[0] for c in costs)
-            moved += max(c[1] for c in costs)
-        elif costs:
-            flops += sum(c[0] for c in costs)
-            moved += sum(c[1] for c in costs)
-        else:
-            f, m = _equation_cost(eqn)
-            flops, moved = flops + f, moved + m
-    return flops, moved
+        return steps * sum(c[0] for c in costs), steps * sum(c[1] for c in costs)
+    if name == "cond":  # one branch runs
+        return max(c[0] for c in costs), max(c[1] for c in costs)
+    if costs:
+        return sum(c[0] for c in costs), sum(c[1] for c in costs)
+    return _equation_cost(eqn)
+
+
+def _costliest_line(jaxpr, limits: SandboxLimits, which: int) -> int | None:
+    """The line of the generated code whose operations (``which`` 0) or bytes moved (1)
+    cost the most, so the refusal can point there."""
+    by_line: dict[int | None, float] = {}
+    for eqn in jaxpr.eqns:
+        line = _generated_line(eqn)
+        by_line[line] = by_line.get(line, 0.0) + _equation_run_time_cost(eqn, limits)[which]
+    return max(by_line, key=by_line.get, default=None)
+
+
+def _generated_line(eqn) -> int | None:
+    """The line of the generated code an equation was traced from, where jax kept it."""
+    try:
+        from jax._src import source_info_util
+
+        frame = source_info_util.user_frame(eqn.source_info.traceback)
+    except Exception:  # a jax without this (private) helper: no line
+        return None
+    if frame is None or not frame.file_name.startswith("<generated"):
+        return None
+    return frame.start_line
 
 
 def _equation_cost(eqn) -> tuple[float, float]:

@@ -159,3 +159,40 @@ def test_online_rounds_are_refused_where_they_cannot_run(tmp_path):
     small = ["shaping.kwargs.online_pairs=1000"]
     with pytest.raises(ValueError, match="online_pairs=1000 needs 500 transitions per seed"):
         run_experiment(_online_cfg(tmp_path / "p", *small))
+
+
+def test_api_key_never_lands_in_the_run_folder_or_the_label_store(tmp_path, monkeypatch):
+    """A labelling round through the http backend, against the local server with faults
+    to recover from and a key it demands, read from the environment variable the backend
+    is told about: the key is in no file the run writes (config, reports, label store)."""
+    from jaxmarl_llm.lm.backend import Backend, Completion
+    from jaxmarl_llm.lm.server import LLMServer
+    from jaxmarl_llm.testing.fault_server import Fault, FaultPlan
+
+    key_env, secret = "JAXMARL_LLM_RUN_TEST_KEY", "sk-run-test-5f1e0c9a7b3d-secret"
+    monkeypatch.setenv(key_env, secret)
+
+    class SaysTwo(Backend):
+        kind, model = "says_two", "two"
+
+        def generate(self, requests):
+            return [Completion("Answer: **2**", 7, 3) for _ in requests]
+
+    faults = FaultPlan([Fault("429", retry_after=0.01), Fault("500"), Fault("malformed")])
+    with LLMServer(SaysTwo(), before_request=faults, api_key=secret) as server:
+        options = {"base_url": server.url, "model": "two", "api_key_env": key_env}
+        options |= {"backoff_s": 0.01, "max_retries": 5}
+        lca = {**LCA, "num_pairs": 20, "fit_steps": 10}
+        lca |= {"labeler": "backend", "backend": "http", "backend_options": options}
+        result = run_experiment(_cfg(tmp_path, {"name": "lca", "kwargs": lca}, "num_seeds=1"))
+    assert server.stats.unauthorized == 0 and server.stats.backend_calls > 0  # key was sent
+    assert [kind for kind, _ in faults.injected] == ["429", "500", "malformed"]
+    report = json.loads((result.run_dir / "lca" / "report.json").read_text())
+    assert report["labeling"]["answered"] == 20
+    store = result.run_dir / "lca" / "labels.sqlite"
+    assert b"Answer: **2**" in store.read_bytes()  # the scan below would see a stored string
+    files = [p for p in result.run_dir.rglob("*") if p.is_file()]
+    assert store in files and (result.run_dir / "config.yaml") in files
+    holding = [str(p) for p in files if secret.encode() in p.read_bytes()]
+    assert holding == []
+    assert key_env in (result.run_dir / "config.yaml").read_text()  # the name is recorded

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from jaxmarl_llm.methods.yolo import (
-    SandboxLimits,
     UnsafeCode,
     check_source,
     compile_function,
@@ -82,7 +81,7 @@ HOSTILE = {
     "long loop": (
         "def planning_function(s):\n    for i in range(10**6):\n        pass\n"
         "    return jnp.zeros(2, jnp.int32)",
-        "loops must be",
+        "loop of 1000000 steps",
     ),
     "loop over data": (
         "def planning_function(s):\n    for x in s['food']:\n        pass\n"
@@ -158,17 +157,6 @@ def test_hostile_code_is_refused_before_it_runs(case):
 def test_code_that_passes_the_walk_is_checked_when_traced(source, reason):
     with pytest.raises(UnsafeCode, match=reason):
         _compile(source)
-
-
-def test_python_integers_blown_up_in_a_loop_are_stopped_by_the_isolated_trace():
-    bomb = (
-        "def planning_function(s):\n    x = 10000000\n    for i in range(40):\n"
-        "        x = x * x\n    return jnp.zeros(2, jnp.int32)"
-    )
-    check_source(bomb, "planning_function")  # nothing in the syntax gives it away
-    limits = SandboxLimits(trace_seconds=10.0, trace_memory_bytes=1 << 30)
-    with pytest.raises(UnsafeCode, match="within 10 s|memory|crashed"):
-        _compile(bomb, isolate=True, limits=limits)
 
 
 def test_refusals_are_fed_back_until_the_code_is_acceptable():

@@ -10,6 +10,7 @@ from jaxmarl_llm.methods.yolo.sandbox import (
     check_source,
     compile_function,
     compile_with_retries,
+    estimated_cost,
 )
 from jaxmarl_llm.methods.yolo.shaper import YOLOConfig, planning_bonus, yolo_shaper
 from jaxmarl_llm.shaping.registry import register_shaper
@@ -29,6 +30,7 @@ __all__ = [
     "check_source",
     "compile_function",
     "compile_with_retries",
+    "estimated_cost",
     "planning_bonus",
     "yolo_shaper",
 ]

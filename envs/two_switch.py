@@ -28,6 +28,13 @@ penalty ``-n / n_max`` is paid once, at the end of the episode; a timeout return
 events so far minus 1). ``individual_reward`` (the hand-crafted baseline): 1 to the
 agent that itself turns a switch on or reaches the goal.
 
+The paper (sec. 5.1) lists +1 for completing the task and +1 when any agent handles a
+switch or arrives, and a step penalty ``-n / n_max``: no door reward, which makes the best
+return ``4 - n / n_max``, while its Fig. 3 text calls the optimum ``5 - step_penalty``;
+when the penalty is paid it does not say. ``paper_rewards=True`` follows the list: no door
+reward and ``-1 / n_max`` at every step (``-n / n_max`` in all), best return
+``4 - n / max_steps``.
+
 ``heuristic_potential`` is the paper's behaviour-dependence heuristic ("assuming the
 teammate will take the best action for the team at this step, does the ego's action
 help?"): with no switch on, the switches go to the agents by the assignment with the
@@ -122,9 +129,10 @@ class TwoSwitch(GridWorld):
     Args:
         max_steps: episode length limit (``n_max`` of the step penalty), default 50.
         cell_px: pixels per cell in ``render``.
+        paper_rewards: the paper's reward list: no door reward, step penalty paid per step.
     """
 
-    def __init__(self, max_steps: int = 50, cell_px: int = 8):
+    def __init__(self, max_steps: int = 50, cell_px: int = 8, paper_rewards: bool = False):
         objects = (
             GridObject("Switch1", "L", "switch", users=(0, 1)),
             GridObject("Switch2", "R", "switch", users=(0, 1)),
@@ -141,6 +149,7 @@ class TwoSwitch(GridWorld):
             targets=(("L", "face"), ("R", "face"), ("w", "stand"), ("G", "stand")),
             marks="w",
             cell_px=cell_px,
+            paper_rewards=paper_rewards,
         )
         w = self.width
         self.door_y = self.cell_of("D") // w
@@ -280,6 +289,7 @@ register(
         "LCA Two-Switch grid world (9x9): two agents trigger two switches to open a door, "
         "then one reaches the goal; team reward 5 - n/n_max at best",
         won_fn=lambda env, s: env.won(s),
+        stats_fn=lambda env, s: {"individual_return": env.individual_return(s)},
         capabilities=provides(RankingHeuristic, StateDescriber, Renderer, ScriptedPolicy),
     )
 )

@@ -360,6 +360,7 @@ register(
         "agent removes 3 rubble (2 block the way to a victim), then one goes home; team "
         "reward 7 - n/n_max at best",
         won_fn=lambda env, s: env.won(s),
+        stats_fn=lambda env, s: {"individual_return": env.individual_return(s)},
         groups_fn=lambda env: (0, 1),
         capabilities=provides(RankingHeuristic, StateDescriber, Renderer, ScriptedPolicy),
     )

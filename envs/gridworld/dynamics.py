@@ -22,6 +22,12 @@ Rewards (the paper's grid-world team reward, sec. 5.1)
     completed, and the step penalty ``-n / n_max`` once at the end of the episode (on
     success or at the time limit; ``n`` steps taken, ``n_max = max_steps``). The
     episode ends (``dones["__all__"]``) at completion or when ``step >= max_steps``.
+    With ``paper_rewards`` passive objects (the Two-Switch door) pay nothing, since the
+    paper's list of rewarded events does not name them, and the penalty is ``-1 / n_max``
+    at every step (the same ``-n / n_max`` in all, paid as it accrues).
+    ``event_reward`` is the team reward without the step penalty (the sparse reward LCA
+    infers the team goal from); ``individual_return`` the hand-crafted individual
+    rewards of an episode, read off its last state (logged as ``stat_individual_return``).
 
 Observations
     Per agent, float32, ego first: one-hot of the ego cell over the grid, ego facing
@@ -85,6 +91,7 @@ class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):
         targets: ``(layout letter, mode)`` distance-table targets (see ``distance_table``).
         marks: extra layout letters that are plain floor (named cells, e.g. targets).
         cell_px: pixels per cell in ``render``.
+        paper_rewards: the LCA paper's reward list (see the module docstring).
     """
 
     noop_action = STAY
@@ -101,6 +108,7 @@ class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):
         targets: Sequence[tuple[str, str]],
         marks: str = "",
         cell_px: int = 8,
+        paper_rewards: bool = False,
     ):
         if len(roles) != 2:
             raise ValueError("the grid worlds have two agents")
@@ -110,6 +118,7 @@ class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):
         self.roles = tuple(roles)
         self.max_steps = int(max_steps)
         self.cell_px = int(cell_px)
+        self.paper_rewards = bool(paper_rewards)
         grid = parse_layout(layout)
         self.grid = grid
         self.height, self.width = grid.shape
@@ -138,6 +147,11 @@ class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):
         self.blocks_off = np.array([o.blocks_off for o in self.objects], bool)
         self.blocks_on = np.array([o.blocks_on for o in self.objects], bool)
         self.can_use = np.array([[i in o.users for o in self.objects] for i in range(2)], bool)
+        used = np.array([len(o.users) > 0 for o in self.objects], bool)
+        self._used_objects = used
+        # flags whose turning on pays the team +1: every object and the arrival, or with
+        # paper_rewards the objects agents activate and the arrival
+        self._paid_flags = np.append(used | (not self.paper_rewards), True)
         self.delta = (DIR_XY[:, 1] * w + DIR_XY[:, 0]).astype(np.int32)
 
         # distance tables
@@ -238,13 +252,21 @@ class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):
     def won(self, state: GridState) -> jax.Array:
         return state.flags[-1]
 
-    def _reward_done(self, state: GridState, nxt: GridState):
-        events = jnp.sum(nxt.flags) - jnp.sum(state.flags)
+    def event_reward(self, state: GridState, nxt: GridState) -> jax.Array:
+        """``[]`` float32: the team reward of the step ``state -> nxt`` without the step
+        penalty (+1 per paid flag turned on, +1 more on completion)."""
+        newly = nxt.flags & ~state.flags
+        events = jnp.sum(newly & jnp.asarray(self._paid_flags))
         bonus = nxt.flags[-1] & ~state.flags[-1]
+        return (events + bonus).astype(jnp.float32)
+
+    def _reward_done(self, state: GridState, nxt: GridState):
         done = nxt.flags[-1] | (nxt.step >= self.max_steps)
-        penalty = jnp.where(done, nxt.step.astype(jnp.float32) / self.max_steps, 0.0)
-        reward = events.astype(jnp.float32) + bonus.astype(jnp.float32) - penalty
-        return reward, done
+        if self.paper_rewards:
+            penalty = jnp.float32(1.0 / self.max_steps)
+        else:
+            penalty = jnp.where(done, nxt.step.astype(jnp.float32) / self.max_steps, 0.0)
+        return self.event_reward(state, nxt) - penalty, done
 
     @partial(jax.jit, static_argnums=(0,))
     def step_env(self, key, state: GridState, actions: dict):
@@ -344,6 +366,15 @@ class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):
             )
             out.append(jnp.sum(mine) + arrived)
         return jnp.stack(out).astype(jnp.float32)
+
+    @partial(jax.jit, static_argnums=(0,))
+    def individual_return(self, state: GridState) -> jax.Array:
+        """``[]`` float32: the mean over agents of the ``individual_reward`` an episode
+        ending in ``state`` paid. Each activated object with users was activated by exactly
+        one agent and the arrival made by one, so their count over agents is the total."""
+        k = self.num_objects
+        earned = jnp.sum(state.flags[:k] & jnp.asarray(self._used_objects)) + state.flags[k]
+        return earned.astype(jnp.float32) / self.num_agents
 
     # ----- host-side text ------------------------------------------------------------------
     def _host(self, state: GridState) -> dict:

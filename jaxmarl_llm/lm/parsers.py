@@ -18,13 +18,15 @@ Answer forms:
 - agent ranking ``"Rank #1 : {3}"`` lines with ties ``{1,2}`` (DPM's agent ranking);
 - a fenced Python block (YOLO-MARL's planning and reward functions);
 - one option of a list (V-GEPF's skill choice);
-- ``"Agent k: <message>"`` lines (Verco's teacher messages).
+- ``"Agent k: <message>"`` lines (Verco's teacher messages);
+- a team goal and numbered key steps (LCA's goal inferred from a trajectory's rewards).
 """
 
 from __future__ import annotations
 
 import ast
 import bisect
+import dataclasses
 import re
 from collections.abc import Sequence
 
@@ -602,3 +604,101 @@ def parse_agent_messages(text: str, num_agents: int) -> list[str]:
     if missing:
         raise ParseError("agent_messages", f"no message for agents {missing}", text)
     return messages  # type: ignore[return-value]
+
+
+@dataclasses.dataclass(frozen=True)
+class TeamGoal:
+    """LCA's team goal and its key steps in order (the ranking prompts' ``team_target``
+    and ``key_steps``)."""
+
+    goal: str
+    steps: tuple[str, ...]
+
+    def key_steps_text(self) -> str:
+        """``"1. a 2. b"`` (one step: its text alone), the form the ranking prompts show."""
+        if len(self.steps) == 1:
+            return self.steps[0]
+        return " ".join(f"{k}. {step}" for k, step in enumerate(self.steps, 1))
+
+    def answer_text(self) -> str:
+        """The answer form the team-goal prompt asks for, which ``parse_team_goal`` reads."""
+        steps = [f"{k}. {step}" for k, step in enumerate(self.steps, 1)]
+        return "\n".join([f"Team goal: {self.goal}", "Key steps:", *steps])
+
+
+_GOAL_LABEL = re.compile(r"team[ \t]+goal[ \t*]*:", re.I)
+_STEPS_LABEL = re.compile(r"key[ \t]+steps[ \t*]*:\**", re.I)
+_LINE_STEP = re.compile(r"^\s*([0-9]{1,2})[.)](?:\s+(.*))?$")
+_INLINE_STEP = re.compile(r"(?:^|(?<=\s))([0-9]{1,2})[.)](?:\s+|$)")
+
+
+def parse_key_steps(text: str) -> tuple[str, ...]:
+    """Numbered steps, one per line where several lines start with a number (``1. a`` /
+    ``2) b``; a line without a number continues the step before it, unless a blank line
+    came between: that text follows the list), else inline (``1. a 2. b``: a number that
+    is not the next one stays in the step's text). Numbering runs 1, 2, ... Text without
+    numbers is one step."""
+    lines = text.strip().splitlines()
+    if sum(bool(_LINE_STEP.match(line)) for line in lines) > 1:
+        parts: list[list[str]] = []  # the lines of each step
+        blank = False  # a blank line since the last step line
+        for line in lines:
+            m = _LINE_STEP.match(line)
+            if m:
+                if int(m.group(1)) != len(parts) + 1:
+                    raise ParseError(
+                        "team_goal", f"step {m.group(1)} where {len(parts) + 1} was due", text
+                    )
+                parts.append([m.group(2) or ""])
+                blank = False
+            elif not line.strip():
+                blank = bool(parts)
+            elif blank:
+                break  # text after the list
+            elif parts:
+                parts[-1].append(line)
+            else:
+                raise ParseError("team_goal", "text before the first numbered step", text)
+        steps = [" ".join(" ".join(p).split()) for p in parts]
+    else:
+        flat = " ".join(line.strip() for line in lines)
+        cuts, due = [], 1
+        for m in _INLINE_STEP.finditer(flat):
+            if int(m.group(1)) == due:
+                cuts.append(m)
+                due += 1
+        if not cuts:
+            steps = [flat] if flat else []
+        elif cuts[0].start() != 0:
+            raise ParseError("team_goal", "text before step 1", text)
+        else:
+            ends = [c.start() for c in cuts[1:]] + [len(flat)]
+            steps = [flat[c.end() : e].strip() for c, e in zip(cuts, ends, strict=True)]
+    if not steps or any(not step for step in steps):
+        raise ParseError("team_goal", "an empty key step" if steps else "no key steps", text)
+    return tuple(steps)
+
+
+def parse_team_goal(text: str) -> TeamGoal:
+    """``Team goal: <sentence>`` (the text after the last such label; without one, all the
+    text before the steps: a prompt may end with the label), then ``Key steps:`` and the
+    numbered steps (``parse_key_steps``) -> ``TeamGoal``. A goal or step that starts with
+    a ``<placeholder>`` of the asked form is no answer."""
+    label = _STEPS_LABEL.search(text)
+    if label is None:
+        raise ParseError("team_goal", "no 'Key steps:' label", text)
+    head = text[: label.start()]
+    marks = list(_GOAL_LABEL.finditer(head))  # the last label: a preamble may come first
+    goal = " ".join(head[marks[-1].end() if marks else 0 :].split()).strip("*# ")
+    if not goal.strip("*#.: "):
+        raise ParseError("team_goal", "no team goal before 'Key steps:'", text)
+    try:
+        steps = parse_key_steps(text[label.end() :])
+    except ParseError as e:
+        raise ParseError("team_goal", e.reason, text) from None
+    if any(_PLACEHOLDER.match(part) for part in (goal, *steps)):
+        raise ParseError("team_goal", "repeats the answer form's <placeholders>", text)
+    return TeamGoal(goal=goal, steps=steps)
+
+
+_PLACEHOLDER = re.compile(r"\s*<[^<>]*>")  # "<one sentence>": the form, not an answer

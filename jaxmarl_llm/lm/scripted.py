@@ -145,3 +145,16 @@ def agent_ranking_teacher(noise: TeacherNoise | None = None) -> AnswerFn:
         return texts
 
     return answer
+
+
+def written_answer_teacher() -> AnswerFn:
+    """Answers every query with its payload's ``answer`` text: a hand-written answer behind
+    the text interface (LCA's written team goal and key steps)."""
+
+    def answer(payloads, seeds):
+        try:
+            return [str(p["answer"]) for p in payloads]
+        except KeyError:
+            raise ValueError("scripted teacher payload lacks 'answer'") from None
+
+    return answer

@@ -137,8 +137,8 @@ def test_distance_table_counts_turns():
 
 # ----- scripted policy -----------------------------------------------------------------------
 @functools.cache
-def scripted_episodes(name, num):
-    env = env_of(name)
+def scripted_episodes(name, num, **env_kwargs):
+    env = env_of(name, **env_kwargs)
 
     def episode(key):
         _, s = env.reset(key)
@@ -172,6 +172,57 @@ def test_scripted_policy_solves_task_with_optimal_return(name, max_len):
     np.testing.assert_allclose(ret[:, 0], ret[:, 1])
     expected = OPTIMAL_EVENTS[name] - length / env.max_steps
     np.testing.assert_allclose(ret[:, 0], expected, atol=1e-5)
+
+
+def test_paper_rewards_drop_the_door_and_pay_the_penalty_per_step():
+    env = env_of("two_switch", paper_rewards=True)
+    ret, length, won = scripted_episodes("two_switch", 64, paper_rewards=True)
+    assert won.all()
+    np.testing.assert_allclose(ret[:, 0], 4.0 - length / env.max_steps, atol=1e-5)
+    # the step that opens the door pays only for the switch; every step pays -1/50
+    s = state(env, [((4, 4), "down"), ((7, 2), "right")], flags=["Switch1"])
+    step = jax.jit(
+        lambda s, a: env.step_env(
+            jax.random.PRNGKey(0), s, {ag: a[i] for i, ag in enumerate(env.agents)}
+        )
+    )
+    _, s1, rew, _, _ = step(s, jnp.array([DOWN, INTERACT]))
+    assert flag(env, s1, "Door") and float(rew["agent_0"]) == pytest.approx(1.0 - 1 / 50)
+    _, _, rew, _, _ = step(s1, jnp.array([STAY, STAY]))
+    assert float(rew["agent_0"]) == pytest.approx(-1 / 50)
+    # the default env pays the door and the penalty only at the end
+    assert float(do("two_switch", s, DOWN, INTERACT)[1][0]) == 2.0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_individual_return_stat_sums_the_individual_rewards(name):
+    """The logged ``stat_individual_return`` equals the episode's summed
+    ``individual_reward`` (mean over agents), on epsilon-scripted play."""
+    arr = envs.make_array_env(name)
+    raw = arr.env
+    num_envs = 16
+
+    def step(carry, k):
+        state, acc = carry
+        k_act, k_eps, k_env = jax.random.split(k, 3)
+        avail = jax.vmap(arr.avail_actions)(state)
+        rand = jax.vmap(arr.random_actions)(jax.random.split(k_act, num_envs), avail)
+        greedy = jax.vmap(raw.greedy_actions)(state.env_state).astype(rand.dtype)
+        acts = jnp.where(jax.random.uniform(k_eps, rand.shape) < 0.3, rand, greedy)
+        res = jax.vmap(arr.step)(jax.random.split(k_env, num_envs), state, acts)
+        ind = jax.vmap(raw.individual_reward)(state.env_state, acts, res.terminal_env_state)
+        total = acc + ind.mean(-1)
+        out = (res.done, total, res.info["stats"]["individual_return"])
+        return (res.state, jnp.where(res.done, 0.0, total)), out
+
+    _, state = jax.vmap(arr.reset)(jax.random.split(jax.random.PRNGKey(0), num_envs))
+    init = (state, jnp.zeros(num_envs))
+    keys = jax.random.split(jax.random.PRNGKey(1), 2 * raw.max_steps)
+    _, (done, total, stat) = jax.jit(lambda c: jax.lax.scan(step, c, keys))(init)
+    done = np.asarray(done)
+    assert done.sum() >= num_envs
+    np.testing.assert_allclose(np.asarray(stat)[done], np.asarray(total)[done])
+    assert np.asarray(total)[done].max() >= 1.0  # episodes that earned something
 
 
 def test_timeout_pays_minus_one():

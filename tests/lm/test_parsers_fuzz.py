@@ -29,6 +29,7 @@ from jaxmarl_llm.lm.parsers import (
     parse_option,
     parse_pair_choice,
     parse_python_block,
+    parse_team_goal,
 )
 
 CASES = 150  # examples per property test
@@ -501,6 +502,63 @@ def test_agent_messages_huge_inputs():
         _fast(lambda t: parse_agent_messages(t, 2), text)
 
 
+# ----- LCA: "Team goal: ..." / "Key steps:" / numbered steps --------------------------
+
+GOALS = ["Open the door and reach the goal.", "heal every victim, then go home"]
+STEPS = ["Trigger the left switch.", "walk (x, y) to the door", "reach the goal", "go home"]
+
+
+@fuzz
+@given(
+    st.sampled_from(GOALS),
+    st.lists(st.sampled_from(STEPS), min_size=1, max_size=4),
+    preamble,
+    st.sampled_from(["Team goal: {}", "**Team goal:** {}", "TEAM GOAL:{}", " {}"]),
+    st.sampled_from(["Key steps:", "**Key steps:**", "key steps :"]),
+    st.sampled_from(["{k}. {s}", "{k}) {s}", "  {k}. {s}"]),
+    st.sampled_from([" ", "\n"]),
+    newline,
+    st.sampled_from(["", "\n\nThat is all.", "\n\nStep 9: more text"]),
+)
+def test_team_goal_well_formed_in_noise(
+    goal, steps, pre, goal_form, label, step_form, joint, nl, post
+):
+    lines = [step_form.format(k=k, s=s) for k, s in enumerate(steps, 1)]
+    between = nl if joint == "\n" else " "
+    body = between.join(lines) if joint == "\n" or len(steps) == 1 else " ".join(lines)
+    head = goal_form.format(goal)
+    text = (f"{pre}{nl}{head}" if goal_form != " {}" else head) + f"{nl}{label}{nl}{body}"
+    if joint == "\n" and len(steps) > 1:
+        text += post
+    got = parse_team_goal(text)
+    assert got.goal == goal and got.steps == tuple(steps)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "", "Team goal: x", "Key steps: 1. a", "Team goal: x\nKey steps:",
+        "Team goal: x\nKey steps:\n1. a\n3. b", "Team goal: x\nKey steps:\n2. a\n3. b",
+        "Team goal: x\nKey steps: first 1. a 2. b", "Team goal: x\nKey steps:\n1. a\n2.",
+        "Team goal: <one sentence>\nKey steps:\n1. a", "Team goal: x\nKey steps: 1. <step>",
+        "Team goal: x\nKey steps:\n1. a\n1. b", "Team goal: x\nKey steps:\n１. a\n1. c\n2. d",
+    ],
+)  # fmt: skip
+def test_team_goal_refuses_malformed(text):
+    _raises(parse_team_goal, text)
+
+
+def test_team_goal_huge_inputs():
+    for text in [
+        *HUGE,
+        "Key steps: " + "1. a\n" * 20_000 + "3. b",
+        "team goal:" * 10_000,
+        "Team goal: x\nKey steps:\n1. a\n" + "b\n" * 50_000 + "2. c\n3. d",
+    ]:
+        _fast(parse_team_goal, text, refused=False)
+    _fast(parse_team_goal, "key" + " " * 100_000 + "steps")
+
+
 # ----- every prompt's answer form is fuzzed here ------------------------------------------
 
 FUZZED_FORMS = {
@@ -511,6 +569,7 @@ FUZZED_FORMS = {
     "yolo_reward_function": parse_python_block,
     "vgepf_skill_choice": parse_next_option,
     "verco_message": parse_agent_messages,
+    "lca_team_goal": parse_team_goal,
 }
 
 
@@ -542,6 +601,7 @@ def test_only_parse_errors_escape_from_mixed_pieces(text):
         lambda t: parse_option(t, POOL),
         lambda t: parse_next_option(t, POOL),
         lambda t: parse_agent_messages(t, 2),
+        parse_team_goal,
     ]:
         try:
             value = parse(text)

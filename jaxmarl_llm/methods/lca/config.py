@@ -9,6 +9,7 @@ LABELERS = ("heuristic", "backend")
 PAIR_SOURCES = ("rollout", "uniform", "mixed", "scripted")
 QUERY_MODES = ("generate", "score")
 CACHE_MODES = ("use", "replay")
+TEAM_GOALS = ("written", "infer")
 
 
 @dataclass
@@ -33,6 +34,10 @@ class LCAConfig:
     store: str | None = None  # label store path; default <run_dir>/lca/labels.sqlite
     cache_mode: str = "use"  # replay: answer only from the store, never the model
     max_retries: int = 2  # malformed answers asked again before abstaining
+    # team target and key steps of the ranking prompts: written (the env's hand-written
+    # text) | infer (the backend's answer for a sampled trajectory's rewards, sec. 4.1)
+    team_goal: str = "written"
+    goal_max_tokens: int = 256  # answer length of the team-goal query
     # pairs and queries
     num_pairs: int = 4400  # (transition, agent) pairs labelled in total
     num_queries: int = 1  # answers per pair, aggregated into a confidence (eq. 3)
@@ -50,7 +55,9 @@ class LCAConfig:
     weight_decay: float = 1e-4
     val_fraction: float = 0.1
     # reward: r_i = scale * (sigma_i(o'_i) - gamma * ... ); scale makes the mean |r_i| over
-    # the labelled moving transitions equal step_scale (0 keeps the raw potential)
+    # the labelled moving transitions equal step_scale. 0 keeps the raw potential (the
+    # paper's eq. 4); a model fitted on consistent labels moves several logits per step
+    # (3.5-4.7 on the three tasks), which then outweighs the team reward
     step_scale: float = 0.1
     # ... but a model whose mean step is below min_step (in logits of the Bradley-Terry
     # model) is scaled as if it were min_step: a model fitted on uninformative labels has
@@ -77,6 +84,7 @@ class LCAConfig:
             ("pair_source", PAIR_SOURCES),
             ("query_mode", QUERY_MODES),
             ("cache_mode", CACHE_MODES),
+            ("team_goal", TEAM_GOALS),
         ):
             if getattr(cfg, key) not in valid:
                 raise ValueError(f"{key}={getattr(cfg, key)!r}; valid choices: {', '.join(valid)}")
@@ -90,6 +98,7 @@ class LCAConfig:
             "online_pairs",
             "online_collect_steps",
             "online_fit_steps",
+            "goal_max_tokens",
         ):
             if getattr(cfg, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(cfg, key)}")
@@ -107,6 +116,10 @@ class LCAConfig:
             raise ValueError(
                 "query_mode=score gives one deterministic answer per pair; use "
                 "query_mode=generate with temperature > 0 for num_queries > 1"
+            )
+        if cfg.team_goal == "infer" and cfg.labeler != "backend":
+            raise ValueError(
+                "team_goal=infer needs labeler=backend: the heuristic labeler reads no prompt"
             )
         if cfg.labeler == "heuristic" and cfg.backend_options:
             raise ValueError("backend_options are only used with labeler=backend")

@@ -33,9 +33,10 @@ from jaxmarl_llm.lm.labeling import (
     rank_pair,
     repeated_choices_to_confidence,
 )
-from jaxmarl_llm.lm.parsers import parse_pair_choice
+from jaxmarl_llm.lm.parsers import TeamGoal, parse_pair_choice
 from jaxmarl_llm.lm.teachers import TeacherNoise, repeated_pair_preferences
 from jaxmarl_llm.methods.lca.pairs import Transitions, both_states
+from jaxmarl_llm.methods.lca.team_goal import goal_fields
 
 TEMPLATE = "lca_pair_ranking"
 
@@ -74,9 +75,17 @@ def _state_at(states: Any, m: int) -> Any:
     return jax.tree.map(lambda x: x[m], states)
 
 
-def pair_prompt(env: CreditAssignmentEnv, first: Any, second: Any, agent: int, context: Any) -> str:
-    """The LCA ranking prompt for ``agent`` with ``first`` as State 1."""
-    ctx = env.prompt_context(context, agent)
+def pair_prompt(
+    env: CreditAssignmentEnv,
+    first: Any,
+    second: Any,
+    agent: int,
+    context: Any,
+    goal: TeamGoal | None = None,
+) -> str:
+    """The LCA ranking prompt for ``agent`` with ``first`` as State 1 (with ``goal``'s team
+    target and key steps in place of the env's hand-written ones)."""
+    ctx = env.prompt_context(context, agent) | goal_fields(goal)
     return templates.render(
         TEMPLATE,
         **ctx,
@@ -93,8 +102,10 @@ def backend_labels(
     seed: int = 0,
     policy: LabelingPolicy | None = None,
     progress: bool = True,
+    goal: TeamGoal | None = None,
 ) -> tuple[np.ndarray, np.ndarray, LabelingReport]:
-    """``(confidence, num_answers, report)`` for every (transition, agent), via text."""
+    """``(confidence, num_answers, report)`` for every (transition, agent), via text
+    (``goal``: an inferred team goal for the prompts, else the env's written one)."""
     t_host = jax.device_get(t)
     phi, phi_next = (np.asarray(x) for x in jax.device_get(heuristic_values(env, t)))
     m, n = phi.shape
@@ -104,9 +115,9 @@ def backend_labels(
     for i in range(m):
         s, s2 = _state_at(t_host.state, i), _state_at(t_host.next_state, i)
         for a in range(n):
-            prompts_first_s.append(pair_prompt(env, s, s2, a, s))
+            prompts_first_s.append(pair_prompt(env, s, s2, a, s, goal))
             if query.query_mode == "score" or swapped[i, a]:
-                prompts_first_next.append(pair_prompt(env, s2, s, a, s))
+                prompts_first_next.append(pair_prompt(env, s2, s, a, s, goal))
             else:
                 prompts_first_next.append(None)
     report = LabelingReport()

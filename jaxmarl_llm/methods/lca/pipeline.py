@@ -28,7 +28,9 @@ from envs.array_env import ArrayEnv
 from envs.capabilities import RankingHeuristic, StateDescriber, require
 from envs.credit import CreditAssignmentEnv
 from jaxmarl_llm import preferences as prefs
+from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.lm.labeling import LabelingPolicy
+from jaxmarl_llm.lm.parsers import TeamGoal
 from jaxmarl_llm.methods.lca.config import LCAConfig
 from jaxmarl_llm.methods.lca.labels import (
     TextQuery,
@@ -39,6 +41,7 @@ from jaxmarl_llm.methods.lca.labels import (
 )
 from jaxmarl_llm.methods.lca.pairs import Transitions, both_states, sample_transitions
 from jaxmarl_llm.methods.lca.potential import PotentialParams, role_groups
+from jaxmarl_llm.methods.lca.team_goal import GOAL_FILE, infer_team_goal
 
 ARTIFACT_VERSION = 2  # 2: pairs.npz holds the features (online rounds refit on them)
 
@@ -62,12 +65,15 @@ def reward_model(env: CreditAssignmentEnv, cfg: LCAConfig) -> prefs.RewardModel:
 
 def fingerprint(env: ArrayEnv, cfg: LCAConfig, seed: int) -> str:
     raw = env.env
+    lca = {k: v for k, v in dataclasses.asdict(cfg).items() if not k.startswith("online_")}
+    if cfg.team_goal == "written":  # the prompts of every run made before the option
+        lca = {k: v for k, v in lca.items() if k not in ("team_goal", "goal_max_tokens")}
     ident = {
         "version": ARTIFACT_VERSION,
         "env": type(raw).__name__,
         "env_config": {k: repr(v) for k, v in sorted(vars(raw).items()) if _plain(v)},
         # online rounds come after this model: changing them must not refit it
-        "lca": {k: v for k, v in dataclasses.asdict(cfg).items() if not k.startswith("online_")},
+        "lca": lca,
         "seed": seed,
     }
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -77,15 +83,41 @@ def _plain(v: Any) -> bool:
     return isinstance(v, int | float | str | bool | tuple) and len(repr(v)) < 200
 
 
-def _backend(cfg: LCAConfig, artifact_dir: Path | None):
+def _backend(cfg: LCAConfig, artifact_dir: Path | None, goal_query: bool = False):
+    """The configured backend in the label store; for ``goal_query`` the scripted one
+    answers with the env's written team goal."""
     from jaxmarl_llm.lm.factory import make_backend
 
     store = cfg.store or (str(artifact_dir / "labels.sqlite") if artifact_dir else None)
     options = dict(cfg.backend_options)
-    if cfg.backend == "scripted":
+    if cfg.backend == "scripted" and goal_query:
+        options = {"teacher": "written_answer"}
+    elif cfg.backend == "scripted":
         options.setdefault("teacher", "pair_choice")
         options.setdefault("noise", {"mistake": 1.0 - cfg.accuracy})
     return make_backend(cfg.backend, store=store, cache_mode=cfg.cache_mode, **options)
+
+
+def inferred_goal(env: ArrayEnv, cfg: LCAConfig, seed: int, artifact_dir: Path | None) -> TeamGoal:
+    """The backend's team goal for a sampled trajectory (``team_goal: infer``), its query
+    and answers written to ``artifact_dir/team_goal.json``; a ``RunError`` when every
+    answer was malformed."""
+    backend = _backend(cfg, artifact_dir, goal_query=True)
+    try:
+        goal, record = infer_team_goal(
+            env, backend, seed, cfg.goal_max_tokens, LabelingPolicy(cfg.max_retries)
+        )
+    finally:
+        backend.close()
+    if artifact_dir is not None:
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        (artifact_dir / GOAL_FILE).write_text(json.dumps(record, indent=2))
+    if goal is None:
+        raise RunError(
+            f"the {cfg.backend!r} backend gave no team goal in the asked form after "
+            f"{cfg.max_retries} retries: {record['labeling']['example_failures']}"
+        )
+    return goal
 
 
 def label_transitions(
@@ -106,6 +138,9 @@ def label_transitions(
         conf, count = heuristic_labels(raw, key, t, cfg.accuracy, cfg.num_queries)
         conf, count = np.asarray(conf), np.asarray(count)
     else:
+        goal = inferred_goal(env, cfg, seed, artifact_dir) if cfg.team_goal == "infer" else None
+        if goal is not None:
+            info["team_goal"] = {"goal": goal.goal, "steps": list(goal.steps)}
         backend = _backend(cfg, artifact_dir)
         query = TextQuery(
             query_mode=cfg.query_mode,
@@ -123,6 +158,7 @@ def label_transitions(
                 seed=seed,
                 policy=LabelingPolicy(cfg.max_retries),
                 progress=progress,
+                goal=goal,
             )
         finally:
             backend.close()

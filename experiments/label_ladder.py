@@ -146,15 +146,16 @@ def sources_table(records: dict[str, dict]) -> str:
 def training_table(record: dict) -> str:
     lines = [
         "| env | source | label accuracy | metric | final (per seed) | baseline "
-        "| seeds × env steps | command |",
-        "|---|---|---|---|---|---|---|---|",
+        "| final - baseline (seeds above) | seeds × env steps | command |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in record["training"]:
-        beat = "**" if r["final"] > r["baseline"] else ""
+        above = sum(v > r["baseline"] for v in r["final_per_seed"])
         lines.append(
             f"| {r['env']} | {r['source']} | {_fmt(r['label_accuracy'])} | {r['metric']} "
-            f"| {beat}{r['final']:.2f}{beat} ({_seeds(r['final_per_seed'])}) "
+            f"| {r['final']:.2f} ({_seeds(r['final_per_seed'])}) "
             f"| {r['baseline_name']} {r['baseline']:.2f} "
+            f"| {r['final'] - r['baseline']:+.2f} ({above}/{len(r['final_per_seed'])}) "
             f"| {r['seeds']} × {r['env_steps']:,} | `{r['command']}` |"
         )
     return "\n".join(lines) + "\n"
@@ -185,7 +186,6 @@ def readme(records: dict[str, dict], missing: list[str], figures: dict[str, str]
             )
     out.append("")
     out.append("## Training from each source\n")
-    out.append("Bold: above the baseline.\n")
     for method, record in records.items():
         out.append(f"### {method}\n")
         if not record["training"]:
@@ -238,6 +238,13 @@ def plot_method(record: dict, out_path: Path) -> Path | None:
                 linewidth=1,
                 label=f"{name} ({value:.2f})",
             )
+        # differences far below the metric's scale (seed noise) are not blown up to full height
+        values = [v for r in group for v in r["final_per_seed"]] + [r["baseline"] for r in group]
+        lo, hi = min(values), max(values)
+        span = 0.2 * max(abs(hi), abs(lo), 1.0)
+        if hi - lo < span:
+            middle = (hi + lo) / 2
+            ax.set_ylim(middle - span / 2, middle + span / 2)
         ax.set_xlabel("label accuracy vs oracle (held out)")
         ax.set_ylabel(metric)
         ax.set_title(f"{record['method']}: {env}", fontsize=10)

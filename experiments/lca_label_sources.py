@@ -88,7 +88,7 @@ def agreement(confidence, num_answers, phi, phi_next) -> dict:
     }
 
 
-def label_source(env, source: str, t, store: Path, progress: bool):
+def label_source(env, source: str, t, store: Path, progress: bool, lm_batch: int):
     """``(confidence, num_answers, labelling seconds, extra info)`` of ``source`` on ``t``."""
     import jax
     import numpy as np
@@ -100,7 +100,7 @@ def label_source(env, source: str, t, store: Path, progress: bool):
 
     raw = env.env
     if source in MODELS:
-        model = make_backend(MODELS[source])  # loads the weights: not timed
+        model = make_backend(MODELS[source], max_batch=lm_batch)  # loads the weights: not timed
         backend = CachedBackend(model, LabelStore(store))
         t0 = time.perf_counter()
         try:
@@ -121,7 +121,9 @@ def label_source(env, source: str, t, store: Path, progress: bool):
     return np.asarray(conf), np.asarray(count), seconds, {}
 
 
-def measure(env_name: str, sources: list[str], lm_queries: int, progress: bool) -> list[dict]:
+def measure(
+    env_name: str, sources: list[str], lm_queries: int, lm_batch: int, progress: bool
+) -> list[dict]:
     import jax
 
     import envs
@@ -138,13 +140,13 @@ def measure(env_name: str, sources: list[str], lm_queries: int, progress: bool) 
         phi, phi_next = heuristic_values(env.env, sub)
         store = ROOT / "runs" / "labels" / "lca" / f"{env_name}_heldout_{MODELS.get(source)}.sqlite"
         store.parent.mkdir(parents=True, exist_ok=True)
-        conf, count, seconds, info = label_source(env, source, sub, store, progress)
+        conf, count, seconds, info = label_source(env, source, sub, store, progress, lm_batch)
         stats = agreement(conf, count, phi, phi_next)
         labelled = stats["answered"] - info.get("cache", {}).get("hits", 0)
         cmd = f"python experiments/lca_label_sources.py measure --env {env_name} "
         cmd += f"--sources '{source}'"
         if source in MODELS:
-            cmd += f" --lm-queries {lm_queries}"
+            cmd += f" --lm-queries {lm_queries} --lm-batch {lm_batch}"
         row = {
             "query_set": query_set(env_name),
             "source": source,
@@ -167,9 +169,10 @@ def measure(env_name: str, sources: list[str], lm_queries: int, progress: bool) 
     return rows
 
 
-def training_overrides(source: str, lm_pairs: int) -> list[str]:
+def training_overrides(source: str, lm_pairs: int, lm_batch: int) -> list[str]:
     if source in MODELS:
         return [
+            f"shaping.kwargs.backend_options.max_batch={lm_batch}",
             "shaping.kwargs.labeler=backend",
             f"shaping.kwargs.backend={MODELS[source]}",
             "shaping.kwargs.query_mode=generate",
@@ -186,7 +189,9 @@ def baseline(env_name: str) -> tuple[float, list[float]]:
     raise ValueError(f"{FIG3}: no {BASELINE!r} row for {env_name}")
 
 
-def train(env_name: str, sources: list[str], lm_pairs: int, progress: bool) -> list[dict]:
+def train(
+    env_name: str, sources: list[str], lm_pairs: int, lm_batch: int, progress: bool
+) -> list[dict]:
     from jaxmarl_llm.methods.lca import lca_config
     from jaxmarl_llm.runner import run_into
 
@@ -199,7 +204,7 @@ def train(env_name: str, sources: list[str], lm_pairs: int, progress: bool) -> l
     config = f"lca_{env_name}"
     rows = []
     for source in sources:
-        extra = training_overrides(source, lm_pairs)
+        extra = training_overrides(source, lm_pairs, lm_batch)
         slug = "".join(c if c.isalnum() else "_" for c in source.lower()).strip("_")
         out = ROOT / "runs" / "labels" / "lca" / env_name / slug
         summary = run_into(config, ["compare_with=[]", f"progress={progress}", *extra], out)
@@ -225,8 +230,10 @@ def train(env_name: str, sources: list[str], lm_pairs: int, progress: bool) -> l
             "baseline": base,
             "seeds": len(summary["final_return_per_seed"]),
             "env_steps": summary["env_steps"],
-            "command": f"python experiments/run.py {config} {' '.join(extra)}".strip()
-            + f"  (step_scale={step_scale}, the LCAConfig value of this run)",
+            # the reward scale this run used, spelled out: a later default must not change it
+            "command": f"python experiments/run.py {config} {' '.join(extra)} "
+            f"shaping.kwargs.step_scale={step_scale}",
+            "step_scale": step_scale,
             "result_dir": str(dest.relative_to(ROOT)),
             "training_pairs": report.get("pairs"),
             "training_label_accuracy": report.get("label_accuracy_vs_heuristic"),
@@ -287,12 +294,15 @@ def main(argv=None) -> int:
     p.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES)
     p.add_argument("--lm-queries", type=int, default=64, help="held-out queries a model answers")
     p.add_argument("--lm-pairs", type=int, default=100, help="training pairs a model labels")
+    p.add_argument(
+        "--lm-batch", type=int, default=32, help="prompts per model forward pass (memory)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     if args.what == "measure":
-        measure(args.env, args.sources, args.lm_queries, not args.quiet)
+        measure(args.env, args.sources, args.lm_queries, args.lm_batch, not args.quiet)
     else:
-        train(args.env, args.sources, args.lm_pairs, not args.quiet)
+        train(args.env, args.sources, args.lm_pairs, args.lm_batch, not args.quiet)
     return 0
 
 

@@ -195,6 +195,12 @@ def tagged_rows(figure: str, tag: str, only: str | None) -> list[dict]:
         marks = [m for m in MARKS if m <= total * 1.001] or [total]
         rows += pair_rows(figure, cfg, config, baseline_config, runs, "episode_return", marks,
                           total, tag)  # fmt: skip
+        if len(runs) == 2:
+            from jaxmarl_llm.plotting import plot_runs
+
+            (RESULTS / config / tag).mkdir(parents=True, exist_ok=True)
+            named = {f"{config} [{tag}]": out, f"{baseline_config} [{tag}]": base_out}
+            plot_runs(named, RESULTS / config / tag / "comparison.png", title=cfg.env.name)
         for variant, run_dir in runs.items():
             dest = RESULTS / config / tag
             if variant == "baseline":

@@ -300,6 +300,21 @@ def collect() -> None:
             "command": f"python experiments/yolo_label_ladder.py train {option}",
             "result_dir": str(dest.relative_to(ROOT)),
         })  # fmt: skip
+    base_summary = json.loads((base_dir / "summary.json").read_text())
+    for backend, name in LMS.items():
+        record = LM_RECORDS / backend / "record.json"
+        trained = any(r["source"] == name for r in rows)
+        if trained or not record.exists() or "error" not in json.loads(record.read_text()):
+            continue
+        rows.append({
+            **common, "source": name, "label_accuracy": None, "final": base,
+            "final_per_seed": base_summary["final_return_per_seed"],  # the last update's
+            "final_greedy": base_greedy, "seeds": 3, "env_steps": int(base_summary["env_steps"]),
+            "note": "no planning function compiled after 3 attempts: no bonus, so training "
+            "from this source is MAPPO alone, the baseline run",
+            "command": "python experiments/yolo_label_ladder.py measure --lm " + backend,
+            "result_dir": str(base_dir.relative_to(ROOT)),
+        })  # fmt: skip
     data = _load()
     data["training"] = rows
     _save(data)

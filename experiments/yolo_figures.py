@@ -9,6 +9,8 @@ baseline runs with the same seeds and budget into ``compare/``; a finished run i
 (delete its folder to rerun). Extra ``key=value`` arguments go to every run (e.g.
 ``algo.total_timesteps=1000000``); ``--only TEXT`` runs only the configs whose name holds
 TEXT and reports the other pairs only where they have finished. Results:
+``--tag TAG ...`` reports, without running anything, the variants run by hand into
+``runs/yolo/<config>/<TAG>/`` (rows named ``<config>/<TAG>``). Results:
 ``experiments/results/yolo/<figure>.md`` (mean return of the exploring policy at the
 paper's marks: the mean over seeds of the logged updates in the last 2.5% of steps
 before each mark; win rate on SMAX; and, for runs with greedy evaluations, the mean of
@@ -82,7 +84,11 @@ def eval_value_at(run_dir: Path, step: int, metric: str) -> float | None:
 
 
 def run_figure(
-    figure: str, overrides: list[str], quiet: bool, only: str | None = None
+    figure: str,
+    overrides: list[str],
+    quiet: bool,
+    only: str | None = None,
+    tags: list[str] = (),
 ) -> list[dict]:
     from omegaconf import OmegaConf
 
@@ -90,7 +96,7 @@ def run_figure(
     from jaxmarl_llm.runner import finished_summary, run_comparisons, run_into
 
     rows = []
-    for config in FIGURES[figure]:
+    for config in FIGURES[figure] if not tags else []:
         out = ROOT / "runs" / "yolo" / config
         common = [f"progress={not quiet}", *overrides]
         requested = load_config(config, common)
@@ -113,28 +119,7 @@ def run_figure(
             marks.append(total)
         # the config's baseline: a pair run side by side saved compare_with=[] in the run
         runs = {"YOLO-MARL": out, "baseline": base_out}
-        kwargs = cfg.shaping.kwargs
-        for label, run_dir in runs.items():
-            rows.append(
-                {
-                    "figure": figure,
-                    "env": cfg.env.name,
-                    "algo": cfg.algo.name,
-                    "variant": label,
-                    "config": config if label == "YOLO-MARL" else Path(baseline_config).stem,
-                    "bonus": f"r'={kwargs.reward}, p'={kwargs.penalty}"
-                    if label != "baseline"
-                    else "",
-                    "metric": metric,
-                    "marks": {str(m): value_at(run_dir, m, metric) for m in marks},
-                    "eval_marks": {
-                        str(m): eval_value_at(run_dir, m, EVAL_METRIC[metric]) for m in marks
-                    },
-                    "env_steps": total,
-                    "seeds": int(cfg.num_seeds),
-                    "wall_s": json.loads((run_dir / "summary.json").read_text())["wall_s"],
-                }
-            )
+        rows += pair_rows(figure, cfg, config, baseline_config, runs, metric, marks, total)
         dest = RESULTS / config
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("comparison.png", "summary.json", "config.yaml"):
@@ -143,6 +128,8 @@ def run_figure(
         record = out / "yolo" / "planning_function.py"
         if record.exists():
             shutil.copy(record, dest / "planning_function.py")
+    for tag in tags:
+        rows += tagged_rows(figure, tag, only)
     previous = RESULTS / f"{figure}.json"
     if previous.exists():  # keep the rows of pairs not run or reported this time
         done = {r["config"] for r in rows}
@@ -155,6 +142,76 @@ def run_figure(
         tables += "\nGreedy evaluation (eval.csv):\n\n" + markdown_table(rows, "eval_marks")
     (RESULTS / f"{figure}.md").write_text(tables)
     print(tables)
+    return rows
+
+
+def pair_rows(figure, cfg, config, baseline_config, runs, metric, marks, total, tag=None):
+    """One table row per run of a pair (``runs``: variant -> run folder)."""
+    kwargs = cfg.shaping.kwargs
+    rows = []
+    for label, run_dir in runs.items():
+        name = config if label == "YOLO-MARL" else Path(baseline_config).stem
+        rows.append(
+            {
+                "figure": figure,
+                "env": cfg.env.name,
+                "algo": cfg.algo.name,
+                "variant": label + (f" [{tag}]" if tag else ""),
+                "config": f"{name}/{tag}" if tag else name,
+                "bonus": f"r'={kwargs.reward}, p'={kwargs.penalty}" if label != "baseline" else "",
+                "metric": metric,
+                "marks": {str(m): value_at(run_dir, m, metric) for m in marks},
+                "eval_marks": {
+                    str(m): eval_value_at(run_dir, m, EVAL_METRIC[metric]) for m in marks
+                },
+                "env_steps": total,
+                "seeds": int(cfg.num_seeds),
+                "wall_s": json.loads((run_dir / "summary.json").read_text())["wall_s"],
+            }
+        )
+    return rows
+
+
+def tagged_rows(figure: str, tag: str, only: str | None) -> list[dict]:
+    """Rows of variants run by hand into ``runs/yolo/<config>/<tag>/`` (e.g. other
+    settings for both runs of a pair; its baseline, if it has its own, in
+    ``compare/<baseline>``): reported, never started; kept under
+    ``experiments/results/yolo/<config>/<tag>/``."""
+    from omegaconf import OmegaConf
+
+    rows = []
+    for config in FIGURES[figure]:
+        out = ROOT / "runs" / "yolo" / config / tag
+        if (only and only not in config) or not (out / "summary.json").exists():
+            continue
+        cfg = OmegaConf.load(out / "config.yaml")
+        baseline_config = OmegaConf.load(ROOT / "experiments" / "configs" / f"{config}.yaml")
+        baseline_config = baseline_config.compare_with[0]
+        runs = {"YOLO-MARL": out}
+        base_out = out / "compare" / Path(baseline_config).stem
+        if (base_out / "summary.json").exists():
+            runs["baseline"] = base_out
+        total = int(json.loads((out / "summary.json").read_text())["env_steps"])
+        marks = [m for m in MARKS if m <= total * 1.001] or [total]
+        rows += pair_rows(figure, cfg, config, baseline_config, runs, "episode_return", marks,
+                          total, tag)  # fmt: skip
+        if len(runs) == 2:
+            from jaxmarl_llm.plotting import plot_runs
+
+            (RESULTS / config / tag).mkdir(parents=True, exist_ok=True)
+            named = {f"{config} [{tag}]": out, f"{baseline_config} [{tag}]": base_out}
+            plot_runs(named, RESULTS / config / tag / "comparison.png", title=cfg.env.name)
+        for variant, run_dir in runs.items():
+            dest = RESULTS / config / tag
+            if variant == "baseline":
+                dest = dest / "compare" / Path(baseline_config).stem
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in ("summary.json", "config.yaml", "eval.csv", "curve.png"):
+                if (run_dir / name).exists():
+                    shutil.copy(run_dir / name, dest / name)
+            for name in ("planning_function.py", "record.json"):
+                if (run_dir / "yolo" / name).exists():
+                    shutil.copy(run_dir / "yolo" / name, dest / name)
     return rows
 
 
@@ -185,12 +242,18 @@ def main(argv=None) -> int:
     p.add_argument("figure", choices=sorted(FIGURES))
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--only", default=None, help="run only the configs whose name has this text")
+    p.add_argument(
+        "--tag",
+        nargs="*",
+        default=[],
+        help="report (never run) the finished variants in runs/yolo/<config>/<TAG>/",
+    )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_intermixed_args(argv)  # overrides may follow --only etc.
     # run_into names each run it trains at INFO on the jaxmarl_llm logger
     logging.basicConfig(format="%(message)s", stream=sys.stdout)
     logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
-    run_figure(args.figure, args.overrides, args.quiet, args.only)
+    run_figure(args.figure, args.overrides, args.quiet, args.only, args.tag)
     return 0
 
 

@@ -64,6 +64,33 @@ def test_the_bonus_rewards_actions_that_carry_out_the_plan(jit):
     assert bonus(batch, jnp.array([[EAST, NONE]] * 3)).shape == (3, 2)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_team_sum_gives_every_agent_the_sum_of_all_bonuses(jit, monkeypatch):
+    """combine=team_sum (Algorithm 1's R = r + sum_i delta r_i) against per_agent, through
+    the shaper the learners call."""
+    from jaxmarl_llm.methods.yolo import shaper as yolo_module
+    from jaxmarl_llm.shaping.base import TransitionBatch, shaped_reward
+
+    aenv = envs.make_array_env(ENV)
+    tasks, plan = _reference_plan(aenv)
+    record = {"planner": "reference", "refusals": []}
+    monkeypatch.setattr(yolo_module, "obtain_plan", lambda *a: (tasks, plan, record))
+    s = _state()  # agent 0 steps east towards food 0 (+r'), agent 1 walks away (-p')
+    batch = TransitionBatch(
+        obs=None, actions=jnp.array([[EAST, EAST]], jnp.int32), next_obs=None,
+        reward=jnp.array([[0.5, 0.25]]), done=jnp.array([False]),
+        state=jax.tree.map(lambda x: x[None], s),
+    )  # fmt: skip
+    rewards = {}
+    for combine in ("per_agent", "team_sum"):
+        cfg = YOLOConfig(reward=0.02, penalty=0.01, combine=combine)
+        shaper = yolo_shaper(aenv, cfg, "add", 1.0, None)
+        fn = lambda p, b, shaper=shaper: shaped_reward(shaper, p, b)
+        rewards[combine] = (jax.jit(fn) if jit else fn)(shaper.params, batch)
+    np.testing.assert_allclose(rewards["per_agent"], [[0.52, 0.24]], rtol=1e-6)
+    np.testing.assert_allclose(rewards["team_sum"], [[0.51, 0.26]], rtol=1e-6)
+
+
 def test_a_yolo_run_keeps_its_planning_function(tmp_path):
     raw = {
         "name": "yolo_tiny",
@@ -390,6 +417,30 @@ def test_a_saved_answer_is_compiled_from_its_file_and_scores_the_papers_terms(tm
             yolo_shaper(aenv, bad, "add", 1.0, tmp_path / "bad")
 
 
+def test_the_papers_planning_function_is_refused_as_printed_and_runs_moved_to_arrays():
+    """Appendix D's function reads the paper's tuple-of-dicts state with numpy, comprehensions
+    and strings: the sandbox refuses it at its first line; the same rule on our arrays runs."""
+    from pathlib import Path
+
+    from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode
+
+    answers = Path(__file__).resolve().parents[2] / "experiments" / "yolo_answers"
+    aenv = envs.make_array_env(ENV)
+    printed = YOLOConfig(
+        planner="file", answer_file=str(answers / "lbf_paper_planning_function.md")
+    )
+    with pytest.raises(UnsafeCode, match="line 1: only function definitions"):  # import numpy
+        obtain_plan(aenv, printed, None)
+    arrays = answers / "lbf_paper_planning_function_arrays.md"
+    tasks, plan, _ = obtain_plan(aenv, YOLOConfig(planner="file", answer_file=str(arrays)), None)
+    # food 0 has the closest agent (agent 1, next to it): agent 1 picks up on its own while
+    # agent 0 still walks there (the reference plan would send both to food 0)
+    pickup = tasks.constants["PICKUP"]
+    np.testing.assert_array_equal(plan.tasks(_state()), [0, pickup])
+    far = _state().replace(agent_pos=jnp.array([[6, 4], [0, 0]], jnp.int32))  # 2 from food 1
+    np.testing.assert_array_equal(plan.tasks(far), [1, 1])
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
@@ -399,6 +450,9 @@ def test_a_saved_answer_is_compiled_from_its_file_and_scores_the_papers_terms(tm
         ({"planner": "oracle"}, "planner='oracle'"),
         ({"planner": "file"}, "planner=file reads its answer from answer_file"),
         ({"answer_file": "a.md"}, "answer_file is only read by planner=file"),
+        ({"combine": "mean"}, "combine='mean'; valid choices: per_agent, team_sum"),
+        ({"plan_accuracy": 0.7}, "plan_accuracy is only read by planner=scripted_noisy"),
+        ({"planner": "scripted_noisy", "plan_accuracy": 1.5}, "must be in \\[0, 1\\]"),
     ],
 )
 def test_bad_yolo_kwargs_are_config_errors(kwargs, match):
@@ -475,4 +529,6 @@ def test_figure_overrides_may_follow_the_options(monkeypatch):
     calls = []
     monkeypatch.setattr(figures, "run_figure", lambda *a: calls.append(a))
     figures.main(["mpe", "--only", "spread_4", "--quiet", "algo.total_timesteps=1000000"])
-    assert calls == [("mpe", ["algo.total_timesteps=1000000"], True, "spread_4")]
+    assert calls == [("mpe", ["algo.total_timesteps=1000000"], True, "spread_4", [])]
+    figures.main(["lbf", "--tag", "team_sum", "--only", "mappo"])
+    assert calls[1] == ("lbf", [], False, "mappo", ["team_sum"])

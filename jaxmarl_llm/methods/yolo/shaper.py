@@ -6,13 +6,16 @@ planning-function prompt of appendix C), compiled by the sandbox and kept with i
 prompts in ``RUN_DIR/yolo/``. During training, inside the scan (or when a replay batch
 is sampled), every agent gets ``+reward`` when its action carries out the task the
 planning function assigns it and ``-penalty`` otherwise (appendix A, Table 2), added to
-the env reward. Task sets: LBF, MPE simple spread and SMAX (``env_tasks``).
+the env reward (``combine: per_agent``), or every agent gets the sum of all agents'
+bonuses (``combine: team_sum``, Algorithm 1). Task sets: LBF, MPE simple spread and SMAX
+(``env_tasks``).
 
 ``planner: file`` compiles an answer kept in ``answer_file`` (a model's answer saved
 elsewhere, e.g. one printed in a paper, as bare code or with a fenced block) through the
 same sandbox: the way to replay a model's code without the model. The paper's own
 LLM-written LBF reward function, trained on alone, gives the near-zero return of its
-Fig. 7.
+Fig. 7. ``planner: scripted_noisy`` is the reference plan made wrong on a set fraction of
+(state, agent) pairs (``noisy_plan``): how good a plan must be.
 
 Ablations (they need ``planner: backend`` or ``file``: they change what a model is shown
 or asked):
@@ -41,13 +44,15 @@ from envs.array_env import ArrayEnv
 from envs.capabilities import YoloTaskSet, require
 from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.methods.yolo import lbf, mpe, smax
+from jaxmarl_llm.methods.yolo.noisy_plan import noisy_planning
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
 from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
 
 logger = logging.getLogger(__name__)
 
-PLANNERS = ("reference", "backend", "file")
+PLANNERS = ("reference", "backend", "file", "scripted_noisy")
 FUNCTIONS = ("planning", "reward")
+COMBINES = ("per_agent", "team_sum")
 UNPARSABLE = "# unparsable answer:"
 
 
@@ -57,8 +62,15 @@ class YOLOConfig:
 
     reward: float = 0.005  # r' (Table 2, LBF with MAPPO)
     penalty: float = 0.005  # p'
-    # reference: the scripted answer; backend: ask a model; file: the answer in answer_file
+    # reference: the scripted answer; backend: ask a model; file: the answer in answer_file;
+    # scripted_noisy: the reference plan with each agent's task replaced by a uniformly
+    # drawn other task with probability 1 - plan_accuracy (a pure function of the state)
     planner: str = "reference"
+    plan_accuracy: float = 1.0
+    noise_seed: int = 0  # scripted_noisy: which fixed pattern of wrong tasks
+    # per_agent: agent i trains on r_i + bonus_i; team_sum: every agent gets
+    # r_i + sum_j bonus_j (Algorithm 1's R = r + sum_i delta r_i)
+    combine: str = "per_agent"
     answer_file: str | None = None
     backend: str = "gemma"
     backend_options: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -77,15 +89,24 @@ class YOLOConfig:
             raise ValueError(f"planner={cfg.planner!r}; valid choices: {', '.join(PLANNERS)}")
         if cfg.function not in FUNCTIONS:
             raise ValueError(f"function={cfg.function!r}; valid choices: {', '.join(FUNCTIONS)}")
+        if cfg.combine not in COMBINES:
+            raise ValueError(f"combine={cfg.combine!r}; valid choices: {', '.join(COMBINES)}")
+        if not 0.0 <= cfg.plan_accuracy <= 1.0:
+            raise ValueError(f"plan_accuracy={cfg.plan_accuracy} must be in [0, 1]")
+        if cfg.plan_accuracy != 1.0 and cfg.planner != "scripted_noisy":
+            raise ValueError(
+                "plan_accuracy is only read by planner=scripted_noisy "
+                f"(got planner={cfg.planner!r})"
+            )
         if cfg.reward < 0 or cfg.penalty < 0 or cfg.attempts < 1:
             raise ValueError("reward and penalty must be >= 0 and attempts >= 1")
-        if cfg.planner == "reference" and (
+        if cfg.planner in ("reference", "scripted_noisy") and (
             cfg.function != "planning" or not cfg.use_interpretation
         ):
             raise ValueError(
                 "function=reward and use_interpretation=false are ablations of what a model "
-                "writes: they need planner=backend or planner=file (the reference answer is "
-                "a planning function over the interpreted state)"
+                "writes: they need planner=backend or planner=file (the reference answer, noisy "
+                "or not, is a planning function over the interpreted state)"
             )
         if (cfg.planner == "file") != (cfg.answer_file is not None):
             raise ValueError(
@@ -222,6 +243,16 @@ def planning_bonus(tasks: EnvTasks, plan, params: YOLOParams, state, actions) ->
     return jnp.where(ok, params.reward, -params.penalty)
 
 
+def combine_bonus(bonus: jax.Array, how: str) -> jax.Array:
+    """``bonus [..., N]`` as each agent receives it: its own (``per_agent``) or the sum
+    over all agents (``team_sum``)."""
+    if how == "per_agent":
+        return bonus
+    if how == "team_sum":
+        return jnp.broadcast_to(bonus.sum(-1, keepdims=True), bonus.shape)
+    raise ValueError(f"combine={how!r}; valid choices: {', '.join(COMBINES)}")
+
+
 def _per_step(fn, state, actions) -> jax.Array:
     """``fn(state, actions [N]) -> [N]`` over any leading batch shape of ``actions``."""
     lead = actions.shape[:-1]
@@ -246,6 +277,10 @@ class Plan:
     def rewards(self, state, actions) -> jax.Array:
         v = self.view(state)
         return self.reward(v, self.planning(v), actions)
+
+
+def _identity(state):
+    return state
 
 
 def raw_view(env: ArrayEnv):
@@ -318,8 +353,13 @@ def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
             (artifact_dir / "planning_function.py").write_text(source)
         (artifact_dir / "record.json").write_text(json.dumps(record, indent=2))
 
-    if cfg.planner == "reference":
+    if cfg.planner in ("reference", "scripted_noisy"):
         plan, source, errors = compile_source(tasks.reference), tasks.reference, []
+        if cfg.planner == "scripted_noisy":
+            record.update({"plan_accuracy": cfg.plan_accuracy, "noise_seed": cfg.noise_seed})
+            num_tasks = max(tasks.constants.values()) + 1
+            noisy = noisy_planning(plan.tasks, num_tasks, cfg.plan_accuracy, cfg.noise_seed)
+            plan = Plan(view=_identity, planning=noisy)
     elif cfg.planner == "file":
         record["answer_file"] = str(cfg.answer_file)
         source = _answer_from_file(Path(cfg.answer_file), cfg)
@@ -438,8 +478,10 @@ def yolo_shaper(env: ArrayEnv, cfg: YOLOConfig, mode, coef, artifact_dir) -> Sha
 
     def apply(p: YOLOParams, batch: TransitionBatch) -> jax.Array:
         if plan.reward is not None:  # the model's own reward function (section 6.3)
-            return _per_step(plan.rewards, batch.state, batch.actions)
-        return planning_bonus(tasks, plan, p, batch.state, batch.actions)
+            bonus = _per_step(plan.rewards, batch.state, batch.actions)
+        else:
+            bonus = planning_bonus(tasks, plan, p, batch.state, batch.actions)
+        return combine_bonus(bonus, cfg.combine)
 
     params = YOLOParams(jnp.asarray(cfg.reward, jnp.float32), jnp.asarray(cfg.penalty, jnp.float32))
     return Shaper(

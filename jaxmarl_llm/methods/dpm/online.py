@@ -89,6 +89,7 @@ class DPMFeedback:
         self.env, self.cfg, self.model, self.seed = env, cfg, model, seed
         self.dir = None if artifact_dir is None else Path(artifact_dir)
         self.every, self.rounds, self.collect_steps = cfg.every, cfg.rounds, cfg.collect_steps
+        self.every_episodes = cfg.feedback_every_episodes
         self.k_traj, self.k_agent = cfg.trajectory_labels, cfg.agent_labels
         self.noise = TeacherNoise(mistake=cfg.mistake, equal_margin=TIE_MARGIN).validate()
         self._new: dict[int, dict] = {}  # round -> its labelled queries, leaves [S, K, ...]
@@ -140,8 +141,10 @@ class DPMFeedback:
         path.write_text(json.dumps(starts, indent=1))
 
     def weight(self, updates_done: int) -> float:
+        if self.cfg.fade is None or self.rounds == 0:
+            return 1.0
         since_last = updates_done - self.every * self.rounds
-        if self.cfg.fade is None or self.rounds == 0 or since_last <= 0:
+        if since_last <= 0:
             return 1.0
         return max(0.0, 1.0 - since_last / self.cfg.fade.updates)
 

@@ -140,9 +140,10 @@ class _Run:
         timings.feedback_s += time.perf_counter() - t1
         return state
 
-    def replay_episodes(self, done_updates: int) -> None:
+    def replay_episodes(self, done_updates: int, budget_ended: bool) -> None:
         """A resumed run's episode count and rounds held by episodes, from ``metrics.csv``
-        up to its checkpoint."""
+        up to its checkpoint (``budget_ended``: where an extended run's first budget
+        ended, which held no round)."""
         if every_episodes(self.feedback) is None or done_updates == 0:
             return
         with (self.run_dir / "metrics.csv").open() as f:
@@ -154,7 +155,8 @@ class _Run:
                 f"checkpoint; {self.run_dir / 'metrics.csv'} has {len(ended)}"
             )
         self.episodes_done = sum(ended)
-        self.rounds_done = len(rounds_by_episodes(self.feedback, ended, self.chunk, done_updates))
+        total = done_updates if budget_ended else self.total_updates
+        self.rounds_done = len(rounds_by_episodes(self.feedback, ended, self.chunk, total))
 
 
 def run_experiment(
@@ -238,7 +240,8 @@ def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
     done = 0
     if cfg.resume:
         state, done = restore_latest(run.mgr, state, run.run_dir)
-        run.replay_episodes(done)
+        ended = extended_from is not None and done == extended_from // run.steps_per_update
+        run.replay_episodes(done, ended)
         if extended_from is not None:
             (run.run_dir / "config.yaml").write_text(to_yaml(cfg))
             # the run is unfinished again: a kill from here on must not leave the shorter

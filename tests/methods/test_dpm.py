@@ -934,3 +934,23 @@ def test_a_run_killed_after_a_round_by_episodes_resumes_with_the_same_rounds(tmp
     assert when(again) == when(rounds)
     for a, b in zip(jax.tree.leaves(full.state), jax.tree.leaves(resumed.state), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_label_ladder_scores_rankings_by_the_pairs_the_oracle_orders():
+    ladder = load_script("experiments/dpm_label_sources.py")
+    # oracle: ally 0 above 1 above 2; ally 2 unrated in the second step
+    scores = np.array([[3.0, 2.0, 0.0], [2.0, 3.0, 0.0]])
+    rated = np.array([[True, True, True], [True, True, False]])
+    # answers: step 0 ranks 0 > 2 > 1 (one of three oracle pairs wrong); step 1 ties 0 and 1
+    ranks = [np.array([0, 2, 1]), np.array([0, 0, 1])]
+    from jaxmarl_llm.lm.labeling import rankings_to_pair_arrays
+
+    label, valid = rankings_to_pair_arrays(ranks, 3)
+    # scored pairs: (0,1), (0,2), (1,2) of step 0 and (1,0) of step 1; agreed: (0,1), (0,2)
+    assert ladder.ranking_agreement(label, valid, scores, rated) == pytest.approx(2 / 4)
+    unanswered = np.zeros_like(valid)
+    assert ladder.ranking_agreement(label, unanswered, scores, rated) is None
+    pair = ladder.pair_agreement(
+        np.array([1.0, 0.5, 0.0, 1.0]), np.array([True, True, True, False]), np.array([1, 1, 0, 0])
+    )
+    assert pair == pytest.approx(2 / 3)  # the tie disagrees, the unanswered pair is not scored

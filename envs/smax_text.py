@@ -97,13 +97,20 @@ def scene(
 
 
 def trajectory(raw: Any, first: Any, last: Any, length: int) -> str:
-    """A trajectory segment for DPM's comparison prompt: its first and last states."""
+    """A ``length``-step window of one episode for DPM's comparison prompt: the episode
+    steps where it starts and ends, and its first and last states."""
+    start, end = int(_units(first).step), int(_units(last).step)
+    if end - start != length:
+        raise ValueError(
+            f"a {length}-step window must end {length} steps after it starts; its states are "
+            f"at episode steps {start} and {end}"
+        )
     return "\n".join(
         [
-            f"Length : {length} steps",
-            "Initial state :",
+            f"Window : {length} steps, from episode step {start} to episode step {end}",
+            f"Initial state (episode step {start}) :",
             scene(raw, first),
-            "Final state :",
+            f"Final state (episode step {end}) :",
             scene(raw, last),
         ]
     )

@@ -119,3 +119,22 @@ def test_feedback_rounds_fall_after_every_interval_and_never_at_the_end():
     assert [due_round(fb_last, u, 20) for u in (10, 20)] == [0, None]
     assert due_round(None, 4, 20) is None
     assert due_round(SimpleNamespace(every=4, rounds=0, collect_steps=1), 4, 20) is None
+
+
+def test_feedback_rounds_by_episodes_fall_at_the_first_chunk_end_past_each_mark():
+    from types import SimpleNamespace
+
+    from jaxmarl_llm.shaping.feedback import due_round, rounds_by_episodes
+
+    fb = SimpleNamespace(every=None, every_episodes=25, rounds=3, collect_steps=1)
+    # 10 episodes an update: 25, 50, 75 are passed after updates 3, 5, 8
+    assert rounds_by_episodes(fb, [10.0] * 20, chunk=1, total_updates=20) == [3, 5, 8]
+    # checked at chunk ends only: after updates 4 (40), 6 (60), 8 (80)
+    assert rounds_by_episodes(fb, [10.0] * 20, chunk=2, total_updates=20) == [4, 6, 8]
+    # a chunk past two marks holds one round; the next comes a chunk later; none at the end
+    assert rounds_by_episodes(fb, [60.0, 0.0, 0.0], chunk=1, total_updates=3) == [1, 2]
+    assert rounds_by_episodes(fb, [2.5] * 40, chunk=5, total_updates=40) == [10, 20, 30]
+    assert due_round(fb, 5, 20, episodes_done=49.5, rounds_done=1) is None
+    assert due_round(fb, 5, 20, episodes_done=50.0, rounds_done=1) == 1
+    assert due_round(fb, 5, 20, episodes_done=500.0, rounds_done=3) is None  # all held
+    assert due_round(fb, 20, 20, episodes_done=500.0, rounds_done=0) is None  # the end

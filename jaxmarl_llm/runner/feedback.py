@@ -17,17 +17,25 @@ def seed_collect(learner) -> Callable:
 
 
 def feedback_round(
-    cfg: DictConfig, feedback, collect: Callable, state, round_index: int, run_dir: Path
+    cfg: DictConfig,
+    feedback,
+    collect: Callable,
+    state,
+    round_index: int,
+    run_dir: Path,
+    note: dict | None = None,
 ):
     """Play each seed's policy, let ``feedback`` refit the shaper, put the result in the
-    state; the round's report goes to ``feedback.json`` (by round, so a resumed run that
-    repeats a round replaces its entry)."""
+    state; the round's report, with ``note`` (when the round came), goes to
+    ``feedback.json`` (by round, so a resumed run that repeats a round replaces its
+    entry)."""
     keys = jax.random.split(
         jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 0xFEED + round_index), cfg.num_seeds
     )
     batch = collect(state, keys, int(feedback.collect_steps))
     params, report = feedback.refit(round_index, batch, state.shaper_params)
     state = state.replace(shaper_params=params)
+    report = {**(note or {}), **report}
     path = run_dir / "feedback.json"
     rounds = json.loads(path.read_text()) if path.exists() else {}
     rounds[str(round_index)] = report

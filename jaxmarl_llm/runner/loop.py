@@ -4,6 +4,7 @@ evaluate, run feedback rounds and checkpoint on the host."""
 
 from __future__ import annotations
 
+import csv
 import logging
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from omegaconf import DictConfig
 
@@ -34,7 +36,12 @@ from jaxmarl_llm.runner.records import (
     write_summary,
 )
 from jaxmarl_llm.runner.resume import chunk_lengths, new_run_dir, resolve_resume
-from jaxmarl_llm.shaping.feedback import check_feedback, due_round
+from jaxmarl_llm.shaping.feedback import (
+    check_feedback,
+    due_round,
+    every_episodes,
+    rounds_by_episodes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,10 @@ class _Run:
     evaluate: Callable | None  # seed-vmapped greedy evaluation where ``eval.every`` > 0
     mgr: ocp.CheckpointManager | None = None
     chunk_fns: dict[int, Any] = field(default_factory=dict)
+    # where feedback rounds come by episodes: training episodes ended so far (mean over
+    # seeds) and the rounds held
+    episodes_done: float = 0.0
+    rounds_done: int = 0
 
     @property
     def steps_per_update(self) -> int:
@@ -96,17 +107,56 @@ class _Run:
             return state
         return state.replace(shaper_params=after_chunk(done_updates, state.shaper_params, metrics))
 
+    def count_episodes(self, metrics: dict) -> None:
+        """Add the chunk's ended training episodes (``metrics`` leaves ``[seeds, n]``)
+        where rounds come by episodes."""
+        if every_episodes(self.feedback) is None:
+            return
+        if "episodes" not in metrics:
+            raise ValueError(
+                "feedback by episodes needs the learner's 'episodes' metric; "
+                f"{self.cfg.algo.name} does not log it"
+            )
+        self.episodes_done += float(np.asarray(metrics["episodes"], np.float64).sum(1).mean())
+
+    def due_round(self, done_updates: int) -> int | None:
+        return due_round(
+            self.feedback, done_updates, self.total_updates, self.episodes_done, self.rounds_done
+        )
+
     def due_feedback_round(self, state, done_updates: int, timings: Timings):
         """``state`` after the feedback round due at ``done_updates``, if one is."""
-        round_index = due_round(self.feedback, done_updates, self.total_updates)
+        round_index = self.due_round(done_updates)
         if round_index is None:
             return state
         t1 = time.perf_counter()
+        note = None
+        if every_episodes(self.feedback) is not None:
+            note = {"update": done_updates, "episodes_done": self.episodes_done}
         state = feedback_round(
-            self.cfg, self.feedback, self.collect, state, round_index, self.run_dir
+            self.cfg, self.feedback, self.collect, state, round_index, self.run_dir, note
         )
+        self.rounds_done = round_index + 1
         timings.feedback_s += time.perf_counter() - t1
         return state
+
+    def replay_episodes(self, done_updates: int, budget_ended: bool) -> None:
+        """A resumed run's episode count and rounds held by episodes, from ``metrics.csv``
+        up to its checkpoint (``budget_ended``: where an extended run's first budget
+        ended, which held no round)."""
+        if every_episodes(self.feedback) is None or done_updates == 0:
+            return
+        with (self.run_dir / "metrics.csv").open() as f:
+            rows = [r for r in csv.DictReader(f) if int(r["update"]) <= done_updates]
+        ended = [float(r["episodes"]) for r in rows]
+        if len(ended) != done_updates:
+            raise ValueError(
+                f"resuming rounds by episodes needs metrics.csv's {done_updates} rows up to the "
+                f"checkpoint; {self.run_dir / 'metrics.csv'} has {len(ended)}"
+            )
+        self.episodes_done = sum(ended)
+        total = done_updates if budget_ended else self.total_updates
+        self.rounds_done = len(rounds_by_episodes(self.feedback, ended, self.chunk, total))
 
 
 def run_experiment(
@@ -137,6 +187,7 @@ def run_experiment(
         for n in chunk_lengths(done, run.total_updates, run.chunk):
             state, metrics, rows = _train_chunk(run, state, done, n, timings)
             done += n
+            run.count_episodes(metrics)
             records.train(rows)
             row = _evaluate(run, state, done, timings)
             if row is not None:
@@ -189,6 +240,8 @@ def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
     done = 0
     if cfg.resume:
         state, done = restore_latest(run.mgr, state, run.run_dir)
+        ended = extended_from is not None and done == extended_from // run.steps_per_update
+        run.replay_episodes(done, ended)
         if extended_from is not None:
             (run.run_dir / "config.yaml").write_text(to_yaml(cfg))
             # the run is unfinished again: a kill from here on must not leave the shorter
@@ -205,7 +258,7 @@ def _catch_up_round(run: _Run, state, done: int, timings: Timings):
     """An extended run resumed at its old budget's end: the feedback round due there was
     skipped as the run ended, so it runs now, and the checkpoint there (which predates
     it) is replaced, so that a kill before the next one resumes with the round held."""
-    if due_round(run.feedback, done, run.total_updates) is None:
+    if run.due_round(done) is None:
         return state
     state = run.due_feedback_round(state, done, timings)
     run.mgr.delete(done)

@@ -823,3 +823,134 @@ def test_overrides_may_follow_the_options(monkeypatch):
     monkeypatch.setattr(figures, "run_figure", lambda *a: calls.append(a))
     figures.main(["main", "--maps", "3m", "8m", "--only", "DPM", "seed=1"])
     assert calls == [("main", ["3m", "8m"], ["seed=1"], False, "DPM")]
+
+
+def test_trajectory_prompts_describe_the_window_they_show(smax):
+    """The comparison prompt says what it shows of a segment: its length, the episode steps
+    where it starts and ends, and the states there; a window whose states are not that
+    many steps apart is refused."""
+    import re
+
+    from envs.capabilities import SceneDescriber, require
+    from envs.smax_text import scene
+    from jaxmarl_llm.methods.dpm import text
+
+    def _at(tree, *index):
+        return jax.tree.map(lambda x: x[index], tree)
+
+    aenv, _ = smax
+    length = 4
+    batch = jax.device_get(_random_batch(aenv, steps=12, envs_=2, seeds=1))
+    state, next_state = _at(batch.state, 0), _at(batch.next_state, 0)
+    assert not np.asarray(batch.done)[0, : 2 * length].any()
+    describer = require(aenv, SceneDescriber, needed_by="the test")
+    (prompt,) = text.trajectory_prompts(describer, state, next_state, [((0, 0), (4, 1))], length)
+    assert f"a window of {length} consecutive steps of one episode" in prompt
+    assert "final state and its length" not in prompt
+    shown = r"Window : (\d+) steps, from episode step (\d+) to episode step (\d+)"
+    windows = re.findall(shown, prompt)
+    assert [(int(n), int(b) - int(a)) for n, a, b in windows] == [(length, length)] * 2
+    for (t, e), (_, start, end) in zip(((0, 0), (4, 1)), windows, strict=True):
+        assert int(start) == int(_at(state, t, e).state.step)
+        initial = f"Initial state (episode step {start}) :\n" + scene(aenv.env, _at(state, t, e))
+        last = _at(next_state, t + length - 1, e)
+        final = f"Final state (episode step {end}) :\n" + scene(aenv.env, last)
+        assert initial in prompt and final in prompt
+    with pytest.raises(ValueError, match="a 4-step window must end 4 steps after it starts"):
+        describer.trajectory(_at(state, 0, 0), _at(next_state, 2, 0), length)
+
+
+def test_agent_ranking_prompt_carries_the_papers_focused_attack_notice(smax):
+    from envs.capabilities import SceneDescriber, require
+    from jaxmarl_llm.methods.dpm import text
+
+    aenv, s = smax
+    describer = require(aenv, SceneDescriber, needed_by="the test")
+    prompt = text.agent_prompt(describer, s, s, np.array([ATTACK_0, ATTACK_0, STOP]), [0, 1, 2])
+    notice = (
+        "- * Important notice : To win, focused attacks are necessary. Therefore, prioritize "
+        "agents contributing to attacking the same enemy. Also, assign lower contribution "
+        "scores to agents with high health who are not engaging enemies."
+    )
+    assert notice in prompt
+    assert prompt.index(notice) < prompt.index("1. The Scene Information")
+
+
+def test_feedback_every_episodes_holds_a_round_at_each_chunk_end_past_the_next_mark(tmp_path):
+    with pytest.raises(ConfigError, match="give one feedback cadence: every=2 .* or feedback_eve"):
+        _tiny(tmp_path, "shaping.kwargs.feedback_every_episodes=3")
+    with pytest.raises(ConfigError, match="give one feedback cadence"):
+        _tiny(tmp_path, "shaping.kwargs.every=null")
+    with pytest.raises(ConfigError, match="fade counts learner updates .* needs the cadence"):
+        _tiny(
+            tmp_path,
+            "shaping.kwargs.every=null",
+            "shaping.kwargs.feedback_every_episodes=3",
+            "shaping.kwargs.fade.updates=4",
+        )
+    by_episodes = ["shaping.kwargs.every=null", "shaping.kwargs.feedback_every_episodes=3"]
+    result = run_experiment(_tiny(tmp_path / "run", *by_episodes, rounds=3))
+    with (result.run_dir / "metrics.csv").open() as f:
+        ended = {int(r["update"]): float(r["episodes"]) for r in csv.DictReader(f)}
+    total, chunk = max(ended), 2  # log_every=2
+    expected, held = [], 0.0
+    for update in range(chunk, total, chunk):  # no round after the last update
+        held = sum(ended[u] for u in range(1, update + 1))
+        if len(expected) < 3 and held >= 3 * (len(expected) + 1):
+            expected.append((update, held))
+    rounds = json.loads((result.run_dir / "feedback.json").read_text())
+    assert expected and [str(i) for i in range(len(expected))] == sorted(rounds)
+    assert [(r["update"], r["episodes_done"]) for r in rounds.values()] == expected
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_a_round_by_episodes_resumes_with_the_same_rounds(tmp_path):
+    """The episode count and the rounds held come back from metrics.csv: the resumed run
+    holds the same rounds at the same updates and ends in the same state."""
+    by_episodes = ["shaping.kwargs.every=null", "shaping.kwargs.feedback_every_episodes=3"]
+    every_chunk = ["checkpoint_every=1", *by_episodes]
+    full = run_experiment(_tiny(tmp_path / "full", *every_chunk, rounds=3))
+    rounds = json.loads((full.run_dir / "feedback.json").read_text())
+    first = rounds["0"]["update"]
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_first_round(updates_done, state, rows):
+        if updates_done == first:
+            raise Killed
+
+    with pytest.raises(Killed):
+        run_experiment(
+            _tiny(tmp_path / "killed", *every_chunk, rounds=3), on_chunk=kill_after_first_round
+        )
+    killed = _tiny(tmp_path / "other", *every_chunk, f"resume={tmp_path / 'killed'}", rounds=3)
+    resumed = run_experiment(killed)
+    again = json.loads((resumed.run_dir / "feedback.json").read_text())
+
+    def when(rs):
+        return {k: (r["update"], r["episodes_done"], r["labels"]) for k, r in rs.items()}
+
+    assert when(again) == when(rounds)
+    for a, b in zip(jax.tree.leaves(full.state), jax.tree.leaves(resumed.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_label_ladder_scores_rankings_by_the_pairs_the_oracle_orders():
+    ladder = load_script("experiments/dpm_label_sources.py")
+    # oracle: ally 0 above 1 above 2; ally 2 unrated in the second step
+    scores = np.array([[3.0, 2.0, 0.0], [2.0, 3.0, 0.0]])
+    rated = np.array([[True, True, True], [True, True, False]])
+    # answers: step 0 ranks 0 > 2 > 1 (one of three oracle pairs wrong); step 1 ties 0 and 1
+    ranks = [np.array([0, 2, 1]), np.array([0, 0, 1])]
+    from jaxmarl_llm.lm.labeling import rankings_to_pair_arrays
+
+    label, valid = rankings_to_pair_arrays(ranks, 3)
+    # scored pairs: (0,1), (0,2), (1,2) of step 0 and (1,0) of step 1; agreed: (0,1), (0,2)
+    assert ladder.ranking_agreement(label, valid, scores, rated) == pytest.approx(2 / 4)
+    unanswered = np.zeros_like(valid)
+    assert ladder.ranking_agreement(label, unanswered, scores, rated) is None
+    pair = ladder.pair_agreement(
+        np.array([1.0, 0.5, 0.0, 1.0]), np.array([True, True, True, False]), np.array([1, 1, 0, 0])
+    )
+    assert pair == pytest.approx(2 / 3)  # the tie disagrees, the unanswered pair is not scored

@@ -30,17 +30,17 @@ class Fade:
 class DPMConfig:
     """How DPM collects dual preferences online and trains its reward-model ensemble.
 
-    Defaults follow the paper (appendix A.4, C, D.1): 10 feedback rounds of 150 labels
-    (75 trajectory comparisons and 75 agent rankings when ``preferences: both``), an
-    ensemble of 3 reward nets with 16-unit encoders of state, next state, observation and
-    action, and Kendall-tau selection of the queries the ensemble agrees on least. The
-    paper asks every 1,500 episodes; here a round comes every ``every`` learner updates.
-    With QMIX's 8 envs x 128 steps per update, the default 20 updates are 20,480 env
-    steps: about 360 SMAX 3m episodes early in training (random-play episodes last about
-    56 steps), 1,300 once the team wins quickly (about 16 steps). The ten rounds end at
-    200k env steps, within the first 40% of a 500k-step run. On maps with long episodes
-    the paper's interval is longer: 1,500 2s3z episodes of 70-85 steps are about 100
-    updates.
+    Defaults follow the paper (appendix A.4, C, D.1): 10 feedback rounds of 150 labels (75
+    trajectory comparisons and 75 agent rankings when ``preferences: both``), an ensemble of
+    3 reward nets with 16-unit encoders of state, next state, observation and action, and
+    Kendall-tau selection of the queries the ensemble agrees on least. The paper asks every
+    1,500 episodes (``every: null, feedback_every_episodes: 1500``); by default a round
+    comes every ``every`` learner updates. With QMIX's 8 envs x 128 steps per update, the
+    default 20 updates are 20,480 env steps: about 360 SMAX 3m episodes early in training
+    (random-play episodes last about 56 steps), 1,300 once the team wins quickly (about 16
+    steps). The ten rounds end at 200k env steps, within the first 40% of a 500k-step run.
+    On maps with long episodes the paper's interval is longer: 1,500 2s3z episodes of 70-85
+    steps are about 100 updates.
     """
 
     preferences: str = "both"
@@ -66,7 +66,10 @@ class DPMConfig:
     # scripted teacher noise: probability an answer is flipped
     mistake: float = 0.0
     rounds: int = 10
-    every: int = 20  # learner updates between feedback rounds
+    every: int | None = 20  # learner updates between feedback rounds (null: by episodes)
+    # training episodes ended per seed (mean over seeds) between rounds, checked after
+    # every chunk; needs every: null
+    feedback_every_episodes: int | None = None
     labels_per_round: int = 150  # split evenly between the two types with 'both'
     segment_length: int = 8  # steps of a compared trajectory segment
     collect_steps: int = 256  # policy steps per env played for each round's candidates
@@ -142,8 +145,21 @@ class DPMConfig:
         ):
             if getattr(cfg, key) not in valid:
                 raise ValueError(f"{key}={getattr(cfg, key)!r}; valid choices: {', '.join(valid)}")
+        if (cfg.every is None) == (cfg.feedback_every_episodes is None):
+            raise ValueError(
+                f"give one feedback cadence: every={cfg.every} (learner updates) or "
+                f"feedback_every_episodes={cfg.feedback_every_episodes} (episodes); set the "
+                "other to null"
+            )
+        if cfg.fade is not None and cfg.every is None:
+            raise ValueError(
+                "fade counts learner updates from the last round: it needs the cadence in "
+                "updates (every), not feedback_every_episodes"
+            )
+        for key in ("every", "feedback_every_episodes"):
+            if getattr(cfg, key) is not None and getattr(cfg, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(cfg, key)}")
         for key in (
-            "every",
             "labels_per_round",
             "segment_length",
             "collect_steps",

@@ -89,6 +89,7 @@ class DPMFeedback:
         self.env, self.cfg, self.model, self.seed = env, cfg, model, seed
         self.dir = None if artifact_dir is None else Path(artifact_dir)
         self.every, self.rounds, self.collect_steps = cfg.every, cfg.rounds, cfg.collect_steps
+        self.every_episodes = cfg.feedback_every_episodes
         self.k_traj, self.k_agent = cfg.trajectory_labels, cfg.agent_labels
         self.noise = TeacherNoise(mistake=cfg.mistake, equal_margin=TIE_MARGIN).validate()
         self._new: dict[int, dict] = {}  # round -> its labelled queries, leaves [S, K, ...]
@@ -140,8 +141,10 @@ class DPMFeedback:
         path.write_text(json.dumps(starts, indent=1))
 
     def weight(self, updates_done: int) -> float:
+        if self.cfg.fade is None or self.rounds == 0:
+            return 1.0
         since_last = updates_done - self.every * self.rounds
-        if self.cfg.fade is None or self.rounds == 0 or since_last <= 0:
+        if since_last <= 0:
             return 1.0
         return max(0.0, 1.0 - since_last / self.cfg.fade.updates)
 
@@ -334,23 +337,24 @@ class DPMFeedback:
                     params = SamplingParams(
                         max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=self.seed + s
                     )
+                    # only the picked queries are asked: the others (fill-ins, windows
+                    # across an episode end) never become labels
                     if kind == "trajectory":
                         qt = jax.device_get(q["trajectory_query"])
+                        picked = np.flatnonzero(qt["picked"][s])
                         seg = cfg.segment_length
                         where = lambda c, e=num_envs, L=seg: (int(c) // e * L, int(c) % e)
-                        pairs = [
-                            (where(a), where(b))
-                            for a, b in zip(qt["a"][s], qt["b"][s], strict=True)
-                        ]
+                        pairs = [(where(qt["a"][s][i]), where(qt["b"][s][i])) for i in picked]
                         prompts = text.trajectory_prompts(describer, st, nx, pairs, seg)
-                        label, valid, rep = text.ask_trajectories(
-                            backends[kind], prompts, qt["values"][s], params, policy
+                        asked = text.ask_trajectories(
+                            backends[kind], prompts, qt["values"][s][picked], params, policy
                         )
-                        valid = valid & qt["picked"][s]
+                        shape = qt["picked"][s].shape
                     else:
                         qa = jax.device_get(q["agent_query"])
+                        picked = np.flatnonzero(qa["picked"][s])
                         prompts = []
-                        for c in qa["index"][s]:
+                        for c in qa["index"][s][picked]:
                             t, e = divmod(int(c), num_envs)
                             prompts.append(
                                 text.agent_prompt(
@@ -361,10 +365,14 @@ class DPMFeedback:
                                     agents,
                                 )
                             )
-                        label, valid, rep = text.ask_rankings(
-                            backends[kind], prompts, qa["scores"][s], agents, n, params, policy
+                        scores = qa["scores"][s][picked]
+                        asked = text.ask_rankings(
+                            backends[kind], prompts, scores, agents, n, params, policy
                         )
-                        valid = valid & qa["picked"][s][:, None, None]
+                        shape = (qa["picked"][s].shape[0], n, n)
+                    label = np.full(shape, 0.5, np.float32)
+                    valid = np.zeros(shape, bool)
+                    label[picked], valid[picked], rep = asked
                     labels.append(label)
                     valids.append(valid)
                     _merge_report(reports.setdefault(kind, {}), rep.as_dict())

@@ -30,6 +30,13 @@ CRITERION = (
     "while inflicting more damage on the enemy."
 )
 
+# the agent-ranking prompt's notice (appendix E, Fig. 24), word for word
+FOCUS_NOTICE = (
+    "To win, focused attacks are necessary. Therefore, prioritize agents contributing to "
+    "attacking the same enemy. Also, assign lower contribution scores to agents with high "
+    "health who are not engaging enemies."
+)
+
 
 def _at(tree: Any, *index: int) -> Any:
     return jax.tree.map(lambda x: x[index], tree)
@@ -52,6 +59,7 @@ def trajectory_prompts(
                 trajectory_1=describer.trajectory(first_a, last_a, length),
                 trajectory_2=describer.trajectory(first_b, last_b, length),
                 criterion=CRITERION,
+                length=length,
             )
         )
     return out
@@ -65,6 +73,7 @@ def agent_prompt(describer: SceneDescriber, s, s_next, actions, agents: Sequence
         scene=describer.scene(s, actions, agents),
         next_scene=describer.scene(s_next, None, agents),
         num_agents=len(agents),
+        notice=FOCUS_NOTICE,
     )
 
 

@@ -55,7 +55,7 @@ SOURCE_FIELDS = {
     "query_set": _TEXT,
     "source": _TEXT,
     "accuracy": _FRACTION_OR_NULL,
-    "abstention": _FRACTION,
+    "abstention": _FRACTION_OR_NULL,  # null only for a source not measured, with a "note" why
     "labels_per_s": _RATE_OR_NULL,
     "n": _COUNT,
     "command": _TEXT,
@@ -93,6 +93,14 @@ def validate(record, path: Path, method: str) -> dict:
                 _check(ok(row[name]), path, f"{section}[{i}].{name}", want, row[name])
     names = {q["name"] for q in record["queries"]}
     for i, row in enumerate(record["sources"]):
+        if row["abstention"] is None:
+            _check(
+                _TEXT[0](row.get("note")),
+                path,
+                f"sources[{i}].note",
+                "a non-empty string saying why the source was not measured (abstention is null)",
+                row.get("note"),
+            )
         _check(
             row["query_set"] in names,
             path,
@@ -138,7 +146,8 @@ def sources_table(records: dict[str, dict]) -> str:
         for r in record["sources"]:
             lines.append(
                 f"| {method} | {r['query_set']} | {r['source']} | {_fmt(r['accuracy'])} "
-                f"| {_fmt(r['abstention'])} | {_rate(r['labels_per_s'])} | {r['n']} |"
+                f"| {r['note'] if r['abstention'] is None else _fmt(r['abstention'])} "
+                f"| {_rate(r['labels_per_s'])} | {r['n']} |"
             )
     return "\n".join(lines) + "\n"
 

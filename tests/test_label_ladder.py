@@ -108,11 +108,21 @@ def test_training_rows_without_label_accuracy_get_no_figure(ladder, tmp_path):
     assert "| two_switch | heuristic oracle | n/a |" in (tmp_path / "README.md").read_text()
 
 
+def test_a_source_not_measured_is_listed_with_its_reason(ladder, tmp_path):
+    record = _record()
+    record["sources"][1].update(accuracy=None, abstention=None, labels_per_s=None, n=0)
+    record["sources"][1]["note"] = "not measured: stopped before any answer"
+    _write(tmp_path, record)
+    ladder.build(tmp_path, log=lambda _: None)
+    assert "| not measured: stopped before any answer |" in (tmp_path / "README.md").read_text()
+
+
 @pytest.mark.parametrize(
     "corrupt, field",
     [
         (lambda r: r["sources"][1].update(accuracy="high"), "sources[1].accuracy"),
         (lambda r: r["sources"][0].update(abstention=1.5), "sources[0].abstention"),
+        (lambda r: r["sources"][0].update(abstention=None), "sources[0].note"),
         (lambda r: r["sources"][0].pop("labels_per_s"), "sources[0].labels_per_s"),
         (lambda r: r["training"][1].update(final_per_seed=[]), "training[1].final_per_seed"),
         (lambda r: r["training"][0].update(final=float("nan")), "training[0].final"),

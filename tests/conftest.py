@@ -1,5 +1,7 @@
 """Shared pytest configuration. Keep each addition small and in its own section."""
 
+import pytest
+
 # ----- tests/envs: conformance of every registered environment ----------------------------
 
 
@@ -38,3 +40,28 @@ def pytest_configure(config):
     # recur across tests and workers too: cache them all
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# ----- finished tiny runs, trained once per session ----------------------------------------
+# The runner and script tests compare with, refuse to resume, or read the same finished
+# run; training it once per worker saves a run per such test.
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory):
+    """``finished(algo)``: (the folder given to ``test_runner.tiny_cfg``, the result) of a
+    finished tiny run evaluated after every chunk (``test_runner.EVERY_CHUNK``). Tests
+    that read it must leave its train files as they are."""
+    from test_runner import EVERY_CHUNK, tiny_cfg
+
+    from jaxmarl_llm.runner import run_experiment
+
+    runs = {}
+
+    def get(algo):
+        if algo not in runs:
+            base = tmp_path_factory.mktemp(f"finished_{algo}")
+            runs[algo] = base, run_experiment(tiny_cfg(base, algo, *EVERY_CHUNK))
+        return runs[algo]
+
+    return get

@@ -4,17 +4,14 @@ import json
 
 import numpy as np
 from scripts import load_script
-from test_runner import EVAL, tiny_cfg
-
-from jaxmarl_llm.runner import run_experiment
 
 
 def _script():
     return load_script("experiments/evaluate.py")
 
 
-def test_evaluates_the_last_checkpoint_like_the_runs_own_evaluation(tmp_path, capsys):
-    run = run_experiment(tiny_cfg(tmp_path, "qmix", *EVAL)).run_dir
+def test_evaluates_the_last_checkpoint_like_the_runs_own_evaluation(finished, capsys):
+    run = finished("qmix")[1].run_dir
     # the run's last evaluation used 4 episodes and these keys; the script's own seed
     # and episode count differ, so compare what must agree: shapes, counts, ranges
     assert _script().main([str(run), "--episodes", "8", "--max-steps", "30"]) == 0

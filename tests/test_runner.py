@@ -88,10 +88,12 @@ def _leaves(state):
     return [np.asarray(x) for x in jax.tree.leaves(state)]
 
 
+EVERY_CHUNK = ["eval.every=1", "eval.episodes=4", "eval.max_steps=30"]
+
+
 @pytest.mark.parametrize("algo", ["ippo", "qmix"])
-def test_resume_matches_uninterrupted_run(tmp_path, algo):
-    eval_every_chunk = ["eval.every=1", "eval.episodes=4", "eval.max_steps=30"]
-    full = run_experiment(tiny_cfg(tmp_path / "full", algo, *eval_every_chunk))
+def test_resume_matches_uninterrupted_run(tmp_path, algo, finished):
+    _, full = finished(algo)
 
     def kill_after_first_chunk(updates_done, state, rows):
         if updates_done == 2:
@@ -99,14 +101,14 @@ def test_resume_matches_uninterrupted_run(tmp_path, algo):
 
     with pytest.raises(Killed):
         run_experiment(
-            tiny_cfg(tmp_path / "killed", algo, *eval_every_chunk),
+            tiny_cfg(tmp_path / "killed", algo, *EVERY_CHUNK),
             on_chunk=kill_after_first_chunk,
         )
     killed_dir = tmp_path / "killed" / "run"
     assert len(list(csv.DictReader((killed_dir / "metrics.csv").open()))) == 2
 
     resumed = run_experiment(
-        tiny_cfg(tmp_path / "other", algo, *eval_every_chunk, f"resume={killed_dir}")
+        tiny_cfg(tmp_path / "other", algo, *EVERY_CHUNK, f"resume={killed_dir}")
     )
     assert resumed.run_dir == killed_dir
     for a, b in zip(_leaves(full.state), _leaves(resumed.state), strict=True):
@@ -120,13 +122,13 @@ def test_resume_matches_uninterrupted_run(tmp_path, algo):
     assert evals_full == evals_res
 
 
-def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path, caplog):
+def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path, caplog, finished):
     """With checkpoints far apart (DPM's runs save every 10 chunks), an error after the
     second chunk (a backend failing in a feedback round, Ctrl-C) saves that chunk's state,
     says so as a warning (shown without any logging set up), and resuming from it gives
-    the uninterrupted run."""
+    the uninterrupted run (whose evaluations leave its train state as it is)."""
     sparse = ["checkpoint_every=100"]
-    full = run_experiment(tiny_cfg(tmp_path / "full", "qmix", *sparse))
+    _, full = finished("qmix")
 
     def fail_at_update_4(updates_done, state, rows):
         if updates_done == 4:
@@ -192,30 +194,41 @@ def test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget(tmp_p
     assert saved.algo.total_timesteps == 320 and saved.algo.schedule_timesteps == 160
 
 
-def test_a_run_is_not_shortened_nor_extended_past_an_annealed_learning_rate(tmp_path):
-    qmix = run_experiment(tiny_cfg(tmp_path / "qmix", "qmix"))
+def test_a_run_is_not_shortened_nor_extended_past_an_annealed_learning_rate(tmp_path, finished):
+    _, qmix = finished("qmix")
     with pytest.raises(ConfigError, match="extended, not shortened"):
         run_experiment(
-            tiny_cfg(tmp_path, "qmix", "algo.total_timesteps=96", f"resume={qmix.run_dir}")
+            tiny_cfg(
+                tmp_path, "qmix", *EVERY_CHUNK, "algo.total_timesteps=96", f"resume={qmix.run_dir}"
+            )
         )
-    ippo = run_experiment(tiny_cfg(tmp_path / "ippo", "ippo"))  # anneal_lr is on
+    _, ippo = finished("ippo")  # anneal_lr is on
     with pytest.raises(ConfigError, match="algo.anneal_lr anneals the learning rate"):
         run_experiment(
-            tiny_cfg(tmp_path, "ippo", "algo.total_timesteps=768", f"resume={ippo.run_dir}")
+            tiny_cfg(
+                tmp_path, "ippo", *EVERY_CHUNK, "algo.total_timesteps=768", f"resume={ippo.run_dir}"
+            )
         )
-    assert build_config(OmegaConf.load(ippo.run_dir / "config.yaml")).algo.total_timesteps == 384
+    for run in (qmix, ippo):
+        saved = build_config(OmegaConf.load(run.run_dir / "config.yaml")).algo.total_timesteps
+        assert saved == run.summary["env_steps"]
 
 
-def test_resume_refuses_changed_config(tmp_path):
-    first = run_experiment(tiny_cfg(tmp_path))
+def test_resume_refuses_changed_config(tmp_path, finished):
+    _, first = finished("ippo")
     with pytest.raises(ConfigError, match="algo.lr"):
-        run_experiment(tiny_cfg(tmp_path, "ippo", "algo.lr=0.1", f"resume={first.run_dir}"))
+        run_experiment(
+            tiny_cfg(tmp_path, "ippo", *EVERY_CHUNK, "algo.lr=0.1", f"resume={first.run_dir}")
+        )
+    assert build_config(OmegaConf.load(first.run_dir / "config.yaml")).algo.lr != 0.1
 
 
-def test_existing_run_folder_is_not_overwritten(tmp_path):
-    run_experiment(tiny_cfg(tmp_path))
+def test_existing_run_folder_is_not_overwritten(finished):
+    base, first = finished("ippo")
+    summary = (first.run_dir / "summary.json").read_text()
     with pytest.raises(ConfigError, match="resume="):
-        run_experiment(tiny_cfg(tmp_path))
+        run_experiment(tiny_cfg(base, "ippo", *EVERY_CHUNK))
+    assert (first.run_dir / "summary.json").read_text() == summary
 
 
 def test_a_checkpoint_restores_into_a_state_with_a_field_added_since_and_empty(tmp_path):

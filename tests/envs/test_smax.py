@@ -302,9 +302,10 @@ def _play(setting, steps=40, num_envs=8):
 def test_reward_settings_follow_dpm_table_1():
     dense_r, before, after, won, done = (np.asarray(x) for x in _play("dense"))
     weak_r = np.asarray(_play("weak_sparse")[0])
-    strong_r = np.asarray(_play("strong_sparse")[0])
+    strong = _play("strong_sparse")
+    strong_r = np.asarray(strong[0])
     # the setting changes the reward only: same key, same episodes
-    np.testing.assert_array_equal(np.asarray(_play("strong_sparse")[1]), before)
+    np.testing.assert_array_equal(np.asarray(strong[1]), before)
     assert done.any() and won.any() and (before & ~after).any(), "a fight should happen"
     killed = (before[:, 3:] & ~after[:, 3:]).sum(-1)
     lost = (before[:, :3] & ~after[:, :3]).sum(-1)

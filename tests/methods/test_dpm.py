@@ -165,11 +165,24 @@ def test_dpm_config_is_checked_when_it_loads(tmp_path):
         run_experiment(cfg)
 
 
-def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
-    # 6 updates, rounds after updates 2 and 4, then fading over 4 updates: weight 0.5 at 6
-    result = run_experiment(_tiny(tmp_path / "run", "shaping.kwargs.fade.updates=4"))
+# The run tests share one family of programs (3 rounds every 2 updates, a 10-update
+# budget whose epsilon schedule is the 6-update run's), so each compiles once per session.
+THREE_ROUNDS = ["algo.schedule_timesteps=384", "shaping.kwargs.fade.updates=8"]
+TEN_UPDATES = "algo.total_timesteps=640"
+
+
+@pytest.fixture(scope="module")
+def three_round_run(tmp_path_factory):
+    """10 updates, rounds after updates 2, 4 and 6, then fading over 8 updates: weight 0.5
+    at update 10."""
+    path = tmp_path_factory.mktemp("dpm_three_rounds")
+    return run_experiment(_tiny(path, *THREE_ROUNDS, TEN_UPDATES, rounds=3))
+
+
+def test_dpm_run_refits_the_ensemble_between_chunks(three_round_run):
+    result = three_round_run
     rounds = json.loads((result.run_dir / "feedback.json").read_text())
-    assert sorted(rounds) == ["0", "1"]
+    assert sorted(rounds) == ["0", "1", "2"]
     for r in rounds.values():
         assert r["labels"]["trajectory"] == 2 * 5  # 5 comparisons per seed and round
         assert 0 <= r["labels"]["agent"] <= 2 * 5
@@ -184,10 +197,12 @@ def test_dpm_run_refits_the_ensemble_between_chunks(tmp_path):
         assert all(0 <= c <= 6 * 5 for c in r["agent_strict_pairs"])
         assert all(c >= 0 for c in r["eval_agent_strict_pairs"])
     assert rounds["1"]["labels_total_per_seed"]["trajectory"] == 10
+    assert rounds["2"]["labels_total_per_seed"]["trajectory"] == 15
     # each round's labelled queries, for a resumed run to rebuild the datasets from
     assert sorted(p.name for p in (result.run_dir / "dpm").iterdir()) == [
         "round_0.npz",
         "round_1.npz",
+        "round_2.npz",
     ]
     p = result.state.shaper_params
     assert p.scale.shape == (2,) and np.all(np.asarray(p.scale) > 0)
@@ -219,7 +234,7 @@ def test_dpm_under_mappo_refits_and_pays_its_reward_in_the_rollout(tmp_path):
         "hidden_sizes": [16],
         "activation": "relu",
     }
-    result = run_experiment(_tiny(tmp_path / "run", algo=mappo))
+    result = run_experiment(_tiny(tmp_path / "run", rounds=3, algo=mappo))  # 3rd not due
     assert type(result.state).__name__ == "PPOState"  # MAPPO trained, not QMIX
     rounds = json.loads((result.run_dir / "feedback.json").read_text())
     assert sorted(rounds) == ["0", "1"]
@@ -235,20 +250,19 @@ def test_dpm_under_mappo_refits_and_pays_its_reward_in_the_rollout(tmp_path):
     assert after and all(float(r["reward_mean"]) != 0.0 for r in after)
 
 
-def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(tmp_path):
+def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(
+    tmp_path, three_round_run
+):
     """6 updates with rounds every 2: the round due at update 6 is skipped as the run ends
-    there; extending the run to 10 updates holds it first, as a fresh 10-update run does.
-    (A kill while extending is tested with the runner's budget extension.)"""
+    there; extending the run to 10 updates holds it first, and fades from it, as a fresh
+    10-update run does. (A kill while extending is tested with the runner's budget
+    extension.)"""
     rare = ["checkpoint_every=10"]  # checkpoints only where a run ends
-    fresh = run_experiment(
-        _tiny(
-            tmp_path / "fresh", "algo.total_timesteps=640", "algo.schedule_timesteps=384", rounds=3
-        )
-    )
-    short = run_experiment(_tiny(tmp_path / "short", *rare, rounds=3))
+    fresh = three_round_run
+    short = run_experiment(_tiny(tmp_path / "short", *rare, *THREE_ROUNDS, rounds=3))
     assert sorted(json.loads((short.run_dir / "feedback.json").read_text())) == ["0", "1"]
     longer = _tiny(
-        tmp_path / "other", *rare, "algo.total_timesteps=640", f"resume={short.run_dir}", rounds=3
+        tmp_path / "other", *rare, *THREE_ROUNDS, TEN_UPDATES, f"resume={short.run_dir}", rounds=3
     )
     extended = run_experiment(longer)
     rounds = json.loads((extended.run_dir / "feedback.json").read_text())
@@ -266,11 +280,8 @@ def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(tmp_pa
 
 def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
     aenv, _ = smax
-    cfg = DPMConfig(rounds=3, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
-    model = reward_model(aenv, cfg)
-    params = initial_params(model, aenv, jax.random.PRNGKey(0))
-    params = jax.tree.map(lambda x: jnp.stack([x, x]), params)  # two seeds
-    batch = _random_batch(aenv, steps=8, envs_=4, seeds=2)
+    cfg = DPMConfig(**SMALL_ROUND)
+    model, params, batch = _round_inputs(aenv, cfg)  # two seeds
 
     first = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)
     p0, _ = first.refit(0, batch, params)
@@ -380,7 +391,7 @@ def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit)
     apply = dpm_shaper(aenv, model, params).apply
     if jit:
         apply = jax.jit(apply)
-    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=4, envs_=2, seeds=1))
+    batch = jax.tree.map(lambda x: x[0], _random_batch(aenv, steps=6, envs_=3, seeds=1))
     full = np.asarray(apply(params, batch))
     half = np.asarray(apply(feedback.after_chunk(250, params), batch))
     assert np.abs(full).max() > 0
@@ -389,16 +400,16 @@ def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit)
 
 
 def test_dpm_run_fades_only_the_seeds_that_won_after_the_last_round(tmp_path):
-    # rounds after updates 2 and 4; a seed fades over 4 updates once it wins any episode
-    over = ("shaping.kwargs.fade.updates=4", "shaping.kwargs.fade.after_win=0.001")
-    result = run_experiment(_tiny(tmp_path / "run", *over))
+    # rounds after updates 2, 4 and 6; a seed fades over 8 updates once it wins any episode
+    over = (*THREE_ROUNDS, TEN_UPDATES, "shaping.kwargs.fade.after_win=0.001")
+    result = run_experiment(_tiny(tmp_path / "run", *over, rounds=3))
     with (result.run_dir / "metrics.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if int(r["update"]) > 4]
+        rows = [r for r in csv.DictReader(f) if int(r["update"]) > 6]
     weight = np.asarray(result.state.shaper_params.weight)
     for s in range(2):
         won = any(float(r[f"win_rate/seed{s}"]) > 0 for r in rows)  # NaN > 0 is False
         assert (weight[s] < 1.0) == won
-        assert weight[s] in (1.0, 0.75, 0.5)  # 1 or 2 updates into a 4-update fade
+        assert weight[s] in (1.0, 0.75, 0.5)  # 2 or 4 updates into an 8-update fade
 
 
 def test_fading_after_a_win_starts_each_seeds_fade_when_that_seed_wins(smax, tmp_path):
@@ -465,7 +476,9 @@ def _random_batch(aenv, steps, envs_, seeds, start=None):
     return jax.jit(jax.vmap(play))(jax.random.split(jax.random.PRNGKey(3), seeds))
 
 
-SMALL_ROUND = dict(rounds=1, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=5)
+# three rounds' capacity, though most tests refit once: the refit programs are then the
+# same for every test that refits on _round_inputs, so they compile once
+SMALL_ROUND = dict(rounds=3, labels_per_round=8, segment_length=4, collect_steps=8, fit_steps=20)
 
 
 def _round_inputs(aenv, cfg, seeds=2, start=None):
@@ -569,7 +582,7 @@ def test_the_refit_centres_the_reward_on_the_rounds_transitions(tmp_path, smax, 
     centering=none: no shift."""
     aenv, _ = smax
     centering = {"mean": "mean", "max": 1.0, "quiet": "neutral", "none": "none"}[zero]
-    cfg = DPMConfig(**{**SMALL_ROUND, "fit_steps": 20}, centering=centering)
+    cfg = DPMConfig(**SMALL_ROUND, centering=centering)
     model, params, batch = _round_inputs(aenv, cfg)
     fitted, report = DPMFeedback(aenv, cfg, model, 0, tmp_path).refit(0, batch, params)
     feats = jax.vmap(lambda b: batch_features(aenv, b))(batch)
@@ -718,7 +731,7 @@ def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
 
     aenv, _ = smax
     cfg = DPMConfig(**SMALL_ROUND)
-    model, params, batch = _round_inputs(aenv, cfg, seeds=1)
+    model, params, batch = _round_inputs(aenv, cfg)
     one = jax.tree.map(lambda x: x[0], params)
     feats = batch_features(aenv, jax.tree.map(lambda x: x[0], batch))
     steps = feats.reshape(-1, *feats.shape[-2:])[:6]  # [C, N, D]
@@ -778,7 +791,7 @@ def test_queries_through_an_openai_compatible_endpoint_count_tokens(tmp_path, sm
     with serve(Fixed()) as url:
         options = {"base_url": url, "model": "fixed"}
         cfg = DPMConfig(**SMALL_ROUND, labeler="backend", backend="http", backend_options=options)
-        model, params, batch = _round_inputs(aenv, cfg, seeds=1, start=in_range)
+        model, params, batch = _round_inputs(aenv, cfg, start=in_range)
         fb = DPMFeedback(aenv, cfg, model, 0, tmp_path)
         _, report = fb.refit(0, batch, params)
     text = report["text"]

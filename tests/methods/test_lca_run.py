@@ -16,12 +16,16 @@ from jaxmarl_llm.runner import run_experiment
 ENV = "test:race_line"
 
 
+def _register_race_line(monkeypatch):
+    spec = envs.EnvSpec(ENV, RaceLine, "toy credit-assignment race", won_fn=lambda e, s: e.won(s))
+    monkeypatch.setitem(envs.registry._REGISTRY, ENV, spec)
+
+
 @pytest.fixture(autouse=True)
 def race_line_registered(monkeypatch):
     # registered per test, not at import: the registry is global and other test modules
     # parametrize over envs.names() when they are collected
-    spec = envs.EnvSpec(ENV, RaceLine, "toy credit-assignment race", won_fn=lambda e, s: e.won(s))
-    monkeypatch.setitem(envs.registry._REGISTRY, ENV, spec)
+    _register_race_line(monkeypatch)
 
 
 ALGO = {
@@ -112,8 +116,16 @@ def _leaves(state):
     return [np.asarray(x) for x in jax.tree.leaves(state)]
 
 
-def test_online_rounds_refit_each_seed_on_its_own_rollouts(tmp_path):
-    result = run_experiment(_online_cfg(tmp_path / "run"))
+@pytest.fixture(scope="module")
+def online_run(tmp_path_factory):
+    """An uninterrupted run with online rounds, trained once for the tests that read it."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _register_race_line(monkeypatch)
+        return run_experiment(_online_cfg(tmp_path_factory.mktemp("lca_online") / "run"))
+
+
+def test_online_rounds_refit_each_seed_on_its_own_rollouts(online_run):
+    result = online_run
     run = result.run_dir
     rounds = json.loads((run / "feedback.json").read_text())
     assert sorted(rounds) == ["0", "1"]
@@ -136,8 +148,8 @@ def test_online_rounds_refit_each_seed_on_its_own_rollouts(tmp_path):
     assert not np.allclose(leaf[0], jax.tree.leaves(before.params.model)[0])
 
 
-def test_online_rounds_resume_to_the_uninterrupted_result(tmp_path):
-    full = run_experiment(_online_cfg(tmp_path / "full"))
+def test_online_rounds_resume_to_the_uninterrupted_result(tmp_path, online_run):
+    full = online_run
 
     def kill_after_first_round(updates_done, state, rows):
         if updates_done == 2:

@@ -319,7 +319,7 @@ class GradientTest(chex.TestCase):
             log_probs, _ = action_log_probs(LM, base_params(), lora, *batch())
             return policy_entropy(log_probs).mean()
 
-        grad = jax.grad(mean_entropy)(nonzero_lora())
+        grad = jax.jit(jax.grad(mean_entropy))(nonzero_lora())
         assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grad))
 
     def test_two_adapter_sets_are_independent(self):
@@ -334,7 +334,7 @@ class GradientTest(chex.TestCase):
         message_loss = sft(adapters["message"], tokens, valid, message_mask)
         message_policy, _ = action_log_probs(LM, base_params(), adapters["message"], *batch())
 
-        grad = jax.grad(policy_objective, argnums=1)(base_params(), adapters["action"])
+        grad = jax.jit(jax.grad(policy_objective, argnums=1))(base_params(), adapters["action"])
         stepped = jax.tree.map(lambda w, g: w + 0.5 * g, adapters["action"], grad)
         adapters = {**adapters, "action": stepped}
         moved, _ = action_log_probs(LM, base_params(), adapters["action"], *batch())
@@ -417,7 +417,7 @@ class LossTest(chex.TestCase):
             losses.append(float(loss))
         assert losses[-1] < 0.8 * losses[0], losses
         # prompt tokens are not learnt: masking the whole message out gives no gradient
-        grad = jax.grad(loss_fn)(lora, tokens, valid, np.zeros_like(message_mask))
+        grad = jax.jit(jax.grad(loss_fn))(lora, tokens, valid, np.zeros_like(message_mask))
         assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grad))
 
     def test_ppo_step_moves_probability_toward_the_advantaged_action(self):
@@ -430,6 +430,9 @@ class LossTest(chex.TestCase):
             "value_head": head.init(jax.random.key(5), features)["params"],
         }
 
+        # jitted: op by op, the decoder's passes compile hundreds of small programs (the
+        # policy without jit is checked in PolicyTest)
+        @jax.jit
         def policy(lora):
             args = (prompt_tokens, prompt_valid, cand_tokens, cand_valid, avail)
             return action_log_probs(LM, base_params(), lora, *args)[0]
@@ -451,7 +454,7 @@ class LossTest(chex.TestCase):
             )[0]
 
         optimizer = optax.adam(1e-2)
-        grad = jax.grad(loss_fn)(params)
+        grad = jax.jit(jax.grad(loss_fn))(params)
         updates, _ = optimizer.update(grad, optimizer.init(params), params)
         new_log_probs = policy(optax.apply_updates(params, updates)["action"])
         assert float(new_log_probs[0, 0]) > float(old_log_probs[0, 0]) + 1e-4

@@ -316,7 +316,12 @@ def collect() -> None:
             "result_dir": str(base_dir.relative_to(ROOT)),
         })  # fmt: skip
     data = _load()
-    data["training"] = rows
+    collected = {r["source"] for r in rows}
+    kept = [  # rows of runs made on another machine: only their stored copies are here
+        r for r in data.get("training", [])
+        if r["source"] not in collected and (ROOT / r["result_dir"]).exists()
+    ]  # fmt: skip
+    data["training"] = rows + kept
     _save(data)
     for r in rows:
         print(r["source"], r["label_accuracy"], r["final"], r["final_greedy"], "baseline", base)

@@ -8,8 +8,9 @@ epsilon-random rollouts of the scripted team, holds out whole episodes, trains a
 LoRA on the attention q/v projections of the frozen model by SFT on the message tokens,
 and writes ``report.json`` (model, data, losses, held-out exact match and teacher-forced
 token accuracy before and after SFT, messages per second of greedy decoding without the
-message cache) and the adapter (``adapter/``) to ``--out`` (default
-``experiments/results/verco/messages_<map>/``).
+message cache) to ``--out`` (default ``experiments/results/verco/messages_<map>/``), and
+the adapter to ``--adapter-out`` (default ``experiments/adapters/verco_messages_<map>/``,
+the folder ``verco_salad_<map>`` loads).
 
 ``--lm-teacher-states N`` also asks the model itself the paper's teacher prompt on N
 rollout states (answers kept in ``teacher_labels.sqlite`` there, so a rerun replays them)
@@ -115,8 +116,12 @@ def main(argv=None) -> int:
         help="run only the LM-teacher check and add it to an existing report.json",
     )
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--adapter-out", type=Path, default=None)
     args = p.parse_args(argv)
     out = args.out or ROOT / "experiments" / "results" / "verco" / f"messages_{args.map}"
+    adapter_out = (
+        args.adapter_out or ROOT / "experiments" / "adapters" / f"verco_messages_{args.map}"
+    )
 
     import jax
     import numpy as np
@@ -173,9 +178,9 @@ def main(argv=None) -> int:
     )
 
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "adapter").exists():
-        shutil.rmtree(out / "adapter")
-    save_adapters(out / "adapter", lora)
+    if adapter_out.exists():
+        shutil.rmtree(adapter_out)
+    save_adapters(adapter_out, lora)
     report = {
         "model": model,
         "map": args.map,

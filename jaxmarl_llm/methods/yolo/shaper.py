@@ -69,7 +69,9 @@ class YOLOConfig:
     plan_accuracy: float = 1.0
     noise_seed: int = 0  # scripted_noisy: which fixed pattern of wrong tasks
     # per_agent: agent i trains on r_i + bonus_i; team_sum: every agent gets
-    # r_i + sum_j bonus_j (Algorithm 1's R = r + sum_i delta r_i)
+    # r_i + sum_j bonus_j (Algorithm 1's R = r + sum_i delta r_i). QMIX/VDN's team reward
+    # (team_reward: sum) already sums the agents' bonuses, so per_agent is Algorithm 1 there
+    # and team_sum would count every bonus N times
     combine: str = "per_agent"
     answer_file: str | None = None
     backend: str = "gemma"

@@ -9,7 +9,7 @@ LoRA on the attention q/v projections of the frozen model by SFT on the message 
 and writes ``report.json`` (model, data, losses, held-out exact match and teacher-forced
 token accuracy before and after SFT, messages per second of greedy decoding without the
 message cache) to ``--out`` (default ``experiments/results/verco/messages_<map>/``), and
-the adapter to ``--adapter-out`` (default ``experiments/adapters/verco_messages_<map>/``,
+the adapter to ``--adapter-out`` (default ``experiments/models/verco_messages_<map>/``,
 the folder ``verco_salad_<map>`` loads).
 
 ``--lm-teacher-states N`` also asks the model itself the paper's teacher prompt on N
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     out = args.out or ROOT / "experiments" / "results" / "verco" / f"messages_{args.map}"
     adapter_out = (
-        args.adapter_out or ROOT / "experiments" / "adapters" / f"verco_messages_{args.map}"
+        args.adapter_out or ROOT / "experiments" / "models" / f"verco_messages_{args.map}"
     )
 
     import jax

@@ -131,7 +131,7 @@ def test_evaluate_scores_a_perfect_and_a_reversed_model(tc):
 
 def test_default_path_is_the_committed_directory():
     path = clip_model.default_clip_path()
-    assert path.parts[-4:] == ("experiments", "results", "vgepf", "clip_football")
+    assert path.parts[-3:] == ("experiments", "models", "football_clip")
     assert clip_model.clip_path({}) == path
     assert clip_model.clip_path({"clip_weights": "/x/y"}).as_posix() == "/x/y"
 

@@ -2,7 +2,7 @@
 
 Pretrained CLIP weights cannot be downloaded here, so the default is the small CLIP that
 ``experiments/train_clip.py`` trains on rendered football frames captioned by the skill
-predicates, committed under ``experiments/results/vgepf/clip_football/`` (a Hugging Face
+predicates, committed under ``experiments/models/football_clip/`` (a Hugging Face
 CLIP directory). ``shaping.kwargs.clip_weights=PATH`` selects any other checkpoint that
 :func:`jaxmarl_llm.vision.clip.load_clip` reads (e.g. a converted CLIP-RN50, the paper's).
 
@@ -30,12 +30,12 @@ from jaxmarl_llm.vision.clip import (
 from .skills import SKILLS
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
-DEFAULT_CLIP_DIR = "experiments/results/vgepf/clip_football"
+DEFAULT_CLIP_DIR = "experiments/models/football_clip"
 TRAIN_HINT = "python experiments/train_clip.py"
 
 
 def default_clip_path() -> pathlib.Path:
-    """The committed football CLIP directory (``experiments/results/vgepf/clip_football``)."""
+    """The committed football CLIP directory (``experiments/models/football_clip``)."""
     return REPO_ROOT / DEFAULT_CLIP_DIR
 
 

@@ -65,6 +65,14 @@ class EvalConfig:
 
 
 @dataclass
+class MeshConfig:
+    """The devices a run trains on (``jaxmarl_llm/runner/mesh.py``)."""
+
+    devices: Any = "all"  # "all" visible devices (of every process), or the first N
+    seeds: int = 1  # devices along the seeds axis (splitting num_seeds); the rest split envs
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "experiment"
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -81,6 +89,7 @@ class ExperimentConfig:
     plot: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
     # configs (names or YAML paths) also run, with this run's seeds, into
     # <run_dir>/compare/<name>; comparison.png shows every curve together
     compare_with: list[str] = field(default_factory=list)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import ALL_FIELDS, TransitionBatch
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class Learner(NamedTuple):
     collect: Callable[[Any, jax.Array, int], Any] | None = None
     # the deterministic policy, for greedy evaluation (``evaluation.make_evaluate``)
     policy: GreedyPolicy | None = None
+    # built on data shards, each shard's state holds data of its own beyond its envs (a
+    # replay buffer it alone fills), so a checkpoint resumes on the same shard count only
+    shard_local_state: bool = False
 
     def train(self, rng: jax.Array) -> tuple[Any, dict]:
         """All updates in one scan: ``(final state, metrics stacked over updates)``."""
@@ -90,6 +94,7 @@ class LearnerParts:
             env_steps_per_update=self.env_steps_per_update,
             collect=getattr(self, "collect", None),
             policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
+            shard_local_state=getattr(self, "shard_local_state", False),
         )
 
 
@@ -164,9 +169,13 @@ def run_chunk(learner: Learner, state: Any, num_updates: int) -> tuple[Any, dict
 
 
 def episode_metrics(
-    done: jax.Array, info: dict, has_won: bool, return_reduction: str = "mean"
+    done: jax.Array,
+    info: dict,
+    has_won: bool,
+    return_reduction: str = "mean",
+    shards: DataShards = SINGLE,
 ) -> dict:
-    """Mean over the episodes that ended in a rollout.
+    """Mean over the episodes that ended in a rollout (on every data shard).
 
     ``done`` [T, E]; ``info['episode_return']`` [T, E, N] (per agent, env reward);
     ``info['episode_length']`` [T, E]; ``info['won']`` [T, E]; the env's episode
@@ -179,16 +188,16 @@ def episode_metrics(
     d = done.astype(jnp.float32)
     reduce = {"mean": jnp.mean, "sum": jnp.sum}[return_reduction]
     per_episode = reduce(info["episode_return"], axis=-1)
-    n = d.sum()
+    n = shards.sum(d.sum())
     safe = jnp.maximum(n, 1.0)
-    nan_if_none = lambda x: jnp.where(n > 0, x, jnp.nan)
+    mean = lambda x: jnp.where(n > 0, shards.sum((x * d).sum()) / safe, jnp.nan)
     out = {
-        "episode_return": nan_if_none((per_episode * d).sum() / safe),
-        "episode_length": nan_if_none((info["episode_length"] * d).sum() / safe),
+        "episode_return": mean(per_episode),
+        "episode_length": mean(info["episode_length"]),
         "episodes": n,
     }
     if has_won:
-        out["win_rate"] = nan_if_none((info["won"].astype(jnp.float32) * d).sum() / safe)
+        out["win_rate"] = mean(info["won"].astype(jnp.float32))
     for name, value in info.get("stats", {}).items():
-        out[f"stat_{name}"] = nan_if_none((value * d).sum() / safe)
+        out[f"stat_{name}"] = mean(value)
     return out

@@ -34,9 +34,10 @@ from flax import struct
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners.base import Learner
-from jaxmarl_llm.learners.losses import clipped_policy_loss, normalize, value_loss
+from jaxmarl_llm.learners.losses import clipped_policy_loss, value_loss
 from jaxmarl_llm.learners.networks import MLP, Activation
 from jaxmarl_llm.learners.ppo import PPO, Batch, PPOState, Rollout, minibatches
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import Shaper
 
 
@@ -131,8 +132,9 @@ class HAPPO(PPO):
     used: the actors and the critic have losses and optimisers of their own.
     """
 
-    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        self.init_rollout(cfg, env, shaper, centralized=True, recurrent=False)  # MAPPO's, FF
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE):
+        # MAPPO's, feed-forward
+        self.init_rollout(cfg, env, shaper, centralized=True, recurrent=False, shards=shards)
         self.carry_dim = 1
         self.net = self.actor = self.critic = None
 
@@ -225,14 +227,15 @@ class HAPPO(PPO):
         v_loss = value_loss(value, r.value, mb.targets, self.cfg.clip_eps, self.cfg.clip_value)
         return self.cfg.vf_coef * v_loss, {"value_loss": v_loss}
 
-    @staticmethod
-    def make_sgd_step(loss, tx, grad_norm_name: str):
+    def make_sgd_step(self, loss, tx, grad_norm_name: str):
         """``((params, opt_state), minibatch) -> ((params, opt_state), stats)``: one
-        optimiser step of ``tx`` on ``loss(params, minibatch) -> (value, stats)``."""
+        optimiser step of ``tx`` on ``loss(params, minibatch) -> (value, stats)``, its
+        gradient averaged over data shards."""
 
         def step(carry, mb):
             params, opt_state = carry
             (_, stats), grads = jax.value_and_grad(loss, has_aux=True)(params, mb)
+            grads, stats = self.shards.mean((grads, stats))
             updates, opt_state = tx.update(grads, opt_state, params)
             stats[grad_norm_name] = optax.tree.norm(grads)
             return (optax.apply_updates(params, updates), opt_state), stats
@@ -250,7 +253,7 @@ class HAPPO(PPO):
             if parts == 1:
                 mbs = jax.tree.map(lambda x: x.reshape(1, -1, *x.shape[2:]), batch)
             else:
-                mbs = minibatches(k, batch, parts, sequences=False)
+                mbs = minibatches(self.shards.key(k), batch, parts, sequences=False)
             return jax.lax.scan(step, carry, mbs)
 
         return jax.lax.scan(epoch, carry, jax.random.split(key, self.cfg.update_epochs))
@@ -302,7 +305,7 @@ class HAPPO(PPO):
         reward_stats, adv, targets = self.advantages(s, traj)
         rng, r_order, r_actors, r_critic = jax.random.split(rng, 4)
         order = self.agent_order(r_order)
-        actor_adv = normalize(adv) if self.cfg.normalize_advantages else adv
+        actor_adv = self.shards.normalize(adv) if self.cfg.normalize_advantages else adv
         (actor_params, actor_opt, log_ratios), actor_stats = self.update_actors(
             s.params["actor"], s.opt_state["actor"], traj, actor_adv, order, r_actors
         )
@@ -313,7 +316,7 @@ class HAPPO(PPO):
         )
 
         metrics = self.update_metrics({**actor_stats, **critic_stats}, done, info, traj)
-        metrics["factor_std"] = sequential_factors(log_ratios, order).std()
+        metrics["factor_std"] = self.shards.std(sequential_factors(log_ratios, order))
         s = s.replace(
             params={"actor": actor_params, "critic": critic_params},
             opt_state={"actor": actor_opt, "critic": critic_opt},
@@ -325,9 +328,9 @@ class HAPPO(PPO):
         return s, metrics
 
 
-def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
-    """HAPPO for ``env`` with ``shaper``."""
-    return HAPPO(cfg, env, shaper).learner()
+def make_learner(cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE) -> Learner:
+    """HAPPO for ``env`` with ``shaper``; with ``shards``, one data shard's program."""
+    return HAPPO(cfg, env, shaper, shards).learner()
 
 
 def make_train(cfg, env: ArrayEnv, shaper: Shaper):

@@ -57,6 +57,7 @@ from jaxmarl_llm.learners.offpolicy import (
     check_offpolicy_config,
     option_name,
 )
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import Shaper, team_reward
 
 MASKED_LOGIT = -1e9
@@ -146,8 +147,8 @@ class MADDPG(OffPolicyLearner):
     always_stored = frozenset({"next_obs", "next_avail", "next_world_state"})  # critic targets
     learn_metrics = LEARN_METRICS
 
-    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        super().__init__(cfg, env, shaper)
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE):
+        super().__init__(cfg, env, shaper, shards)
         self.temperature = float(cfg.temperature)
         n, a = env.num_agents, env.num_actions
         hidden = tuple(int(h) for h in cfg.hidden_sizes)
@@ -260,11 +261,13 @@ class MADDPG(OffPolicyLearner):
         (c_loss, q_mean), c_grads = jax.value_and_grad(self.critic_loss, has_aux=True)(
             params["critic"], target, items, shaper_params, k_critic
         )
+        c_loss, q_mean, c_grads = self.shards.mean((c_loss, q_mean, c_grads))
         c_upd, c_opt = self.tx["critic"].update(c_grads, opt["critic"], params["critic"])
         critic = optax.apply_updates(params["critic"], c_upd)
         a_loss, a_grads = jax.value_and_grad(self.actor_loss)(
             params["actor"], critic, items, k_actor
         )
+        a_loss, a_grads = self.shards.mean((a_loss, a_grads))
         a_upd, a_opt = self.tx["actor"].update(a_grads, opt["actor"], params["actor"])
         params = {"actor": optax.apply_updates(params["actor"], a_upd), "critic": critic}
         target = optax.incremental_update(params, target, self.tau)
@@ -273,8 +276,8 @@ class MADDPG(OffPolicyLearner):
         return Nets(params, target, {"actor": a_opt, "critic": c_opt}), out
 
 
-def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
-    return MADDPG(cfg, env, shaper).learner()
+def make_learner(cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE) -> Learner:
+    return MADDPG(cfg, env, shaper, shards).learner()
 
 
 def make_train(cfg, env: ArrayEnv, shaper: Shaper):

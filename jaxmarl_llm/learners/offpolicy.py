@@ -45,6 +45,7 @@ from jaxmarl_llm.learners.base import (
     episode_metrics,
 )
 from jaxmarl_llm.learners.networks import ParamSharing
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
 
 # the item fields stored only when the shaper or the learner reads them
@@ -153,21 +154,29 @@ class OffPolicyLearner(LearnerParts, ABC):
     sequence_items: bool = False  # an item is one env's rollout [T, ...], not one step
     always_stored: frozenset[str] = frozenset()  # optional item fields the learner reads
     learn_metrics: tuple[str, ...] = ()  # the metrics grad_step returns
+    shard_local_state = True  # each data shard's replay buffer
 
-    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        self.cfg, self.env, self.shaper = cfg, env, shaper
-        self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
-        self.env_steps_per_update = self.num_envs * self.num_steps
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE):
+        """With ``shards``, the program of one data shard: ``num_envs`` of its own, a
+        buffer of ``buffer_size / shards`` items it alone fills, and gradient steps on
+        ``batch_size / shards`` items it samples from it, the gradient averaged over
+        shards (a sampled batch is the union of equal parts of every shard's buffer)."""
+        self.cfg, self.env, self.shaper, self.shards = cfg, env, shaper, shards
+        self.num_envs = shards.local(int(cfg.num_envs), "num_envs")
+        self.total_envs = int(cfg.num_envs)  # every shard's
+        self.num_steps = int(cfg.num_steps)
+        self.env_steps_per_update = int(cfg.num_envs) * self.num_steps
         self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
         self.gamma, self.tau = float(cfg.gamma), float(cfg.tau)
         self.team = option_name(cfg.team_reward)
         self.stored = frozenset(
             f for f in OPTIONAL_FIELDS if f in self.always_stored or f in shaper.fields
         )
+        batch_size = shards.local(int(cfg.batch_size), "batch_size")
         self.buffer = fbx.make_item_buffer(
-            max_length=int(cfg.buffer_size),
-            min_length=int(cfg.batch_size),
-            sample_batch_size=int(cfg.batch_size),
+            max_length=shards.local(int(cfg.buffer_size), "buffer_size"),
+            min_length=batch_size,
+            sample_batch_size=batch_size,
             add_sequences=False,
             add_batches=True,
         )
@@ -287,8 +296,9 @@ class OffPolicyLearner(LearnerParts, ABC):
     def _policy_step(self, state: OffPolicyState, r_act, r_env, explore):
         """One exploring step of every env: ``(next state, item [E, ...], step result)``."""
         env, stored = self.env, self.stored
-        actions, carry = self.behaviour(state, r_act, explore)
+        actions, carry = self.behaviour(state, self.shards.key(r_act), explore)
         world_state = jax.vmap(env.world_state)(state.env_state, state.obs)
+        r_env = self.shards.key(r_env)
         res = jax.vmap(env.step)(jax.random.split(r_env, self.num_envs), state.env_state, actions)
         item = Transition(
             obs=state.obs,
@@ -311,7 +321,7 @@ class OffPolicyLearner(LearnerParts, ABC):
 
     def _rollout_step(self, state: OffPolicyState, t):
         rng, r_act, r_env = jax.random.split(state.rng, 3)
-        explore = self.exploration(state.env_steps + t * self.num_envs)
+        explore = self.exploration(state.env_steps + t * self.total_envs)
         state, item, res = self._policy_step(state, r_act, r_env, explore)
         return state.replace(rng=rng), (item, res.done, res.info)
 
@@ -329,7 +339,7 @@ class OffPolicyLearner(LearnerParts, ABC):
     # ----- learning -------------------------------------------------------------------
     def _learn(self, state: OffPolicyState, buffer_state, rng) -> tuple[Nets, dict]:
         def step(nets, key):
-            return self.grad_step(nets, buffer_state, state.shaper_params, key)
+            return self.grad_step(nets, buffer_state, state.shaper_params, self.shards.key(key))
 
         keys = jax.random.split(rng, int(self.cfg.updates_per_rollout))
         nets = Nets(state.params, state.target_params, state.opt_state)
@@ -345,6 +355,7 @@ class OffPolicyLearner(LearnerParts, ABC):
     def init(self, rng) -> OffPolicyState:
         rng, r_params, r_env = jax.random.split(rng, 3)
         params = self.init_params(r_params)
+        r_env = self.shards.key(r_env)
         obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, self.num_envs))
         return self.state_cls(
             params=params,
@@ -383,7 +394,9 @@ class OffPolicyLearner(LearnerParts, ABC):
             update_step=update_step,
             env_steps=env_steps,
         )
-        metrics = episode_metrics(done, info, self.env.has_won, self.env.return_reduction)
+        metrics = episode_metrics(
+            done, info, self.env.has_won, self.env.return_reduction, self.shards
+        )
         metrics.update(learn_metrics)
         metrics.update(self.rollout_metrics(start))
         return state, metrics

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import chex
 import distrax
 import jax
 import jax.numpy as jnp
@@ -30,7 +29,7 @@ from jaxmarl_llm.learners.base import (
     episode_metrics,
     step_transitions,
 )
-from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, normalize, value_loss
+from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, value_loss
 from jaxmarl_llm.learners.networks import (
     Activation,
     ActorCritic,
@@ -47,6 +46,7 @@ from jaxmarl_llm.learners.running_stats import (
     standardize,
     update_running_stats,
 )
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, potential_shaping, shaped_reward
 
 
@@ -234,13 +234,32 @@ class PPO(LearnerParts):
     """
 
     def init_rollout(
-        self, cfg, env: ArrayEnv, shaper: Shaper, centralized: bool, recurrent: bool
+        self,
+        cfg,
+        env: ArrayEnv,
+        shaper: Shaper,
+        centralized: bool,
+        recurrent: bool,
+        shards: DataShards = SINGLE,
     ) -> None:
-        """The settings the rollout, GAE and acting read (HAPPO shares them)."""
+        """The settings the rollout, GAE and acting read (HAPPO shares them).
+        ``num_envs`` is this data shard's env count; ``env_steps_per_update`` counts
+        every shard's."""
         self.cfg, self.env, self.shaper = cfg, env, shaper
         self.centralized, self.recurrent = centralized, recurrent
-        self.num_envs, self.num_steps = int(cfg.num_envs), int(cfg.num_steps)
-        self.env_steps_per_update = self.num_steps * self.num_envs
+        self.shards = shards
+        self.num_envs = shards.local(int(cfg.num_envs), "num_envs")
+        self.num_steps = int(cfg.num_steps)
+        self.env_steps_per_update = self.num_steps * int(cfg.num_envs)
+        # each shard shuffles its own units into num_minibatches minibatches
+        self.batch_units = self.num_envs * (1 if recurrent else self.num_steps)
+        if self.batch_units % cfg.num_minibatches:
+            what = "envs" if recurrent else "env steps"
+            raise ConfigError(
+                f"bad value for config key 'algo.num_minibatches': {cfg.num_minibatches} does "
+                f"not divide the {self.batch_units} {what} of each of the {shards.count} data "
+                "shards"
+            )
         self.num_updates = int(cfg.total_timesteps) // self.env_steps_per_update
         # a potential-based shaper's phi is carried through the rollout; it reads no batch
         self.carries_potential = shaper.potential is not None
@@ -250,12 +269,10 @@ class PPO(LearnerParts):
         self.use_masks = env.has_action_masks
         self.communicates = int(getattr(cfg, "commnet_steps", 0)) > 0
 
-    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        self.init_rollout(cfg, env, shaper, cfg.name == "mappo", bool(cfg.recurrent))
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE):
+        self.init_rollout(cfg, env, shaper, cfg.name == "mappo", bool(cfg.recurrent), shards)
 
-        batch_units = self.num_envs if self.recurrent else self.env_steps_per_update
-        mb_units = batch_units // cfg.num_minibatches
-        chex.assert_equal(mb_units * cfg.num_minibatches, batch_units)
+        mb_units = self.batch_units // cfg.num_minibatches
         rows_per_unit = env.num_agents * (self.num_steps if self.recurrent else 1)
         self.grad_chunks = num_grad_chunks(
             mb_units, rows_per_unit, grad_chunk_rows(cfg.grad_chunk_rows)
@@ -389,7 +406,7 @@ class PPO(LearnerParts):
         rng, r_params, r_env = jax.random.split(rng, 3)
         params = self.init_params(r_params)
         E, n = self.num_envs, self.env.num_agents
-        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, E))
+        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(self.shards.key(r_env), E))
         return PPOState(
             params=params,
             opt_state=self.init_opt_state(params),
@@ -410,6 +427,7 @@ class PPO(LearnerParts):
         """One step of every env under the current policy: ``(next state, rollout
         record, env step result)``; the record's reward is the env's."""
         (ac, cc), logits, value = self.forward_state(s.params, s)
+        r_act, r_env = self.shards.key(r_act), self.shards.key(r_env)
         pi = distrax.Categorical(logits=logits)
         action, log_prob = pi.sample_and_log_prob(seed=r_act)
         res = jax.vmap(self.env.step)(jax.random.split(r_env, self.num_envs), s.env_state, action)
@@ -510,7 +528,7 @@ class PPO(LearnerParts):
         _, _, last_value = self.forward_state(s.params, s)
         reward_stats, train_reward = s.reward_stats, traj.reward
         if self.cfg.standardize_rewards:
-            reward_stats = update_running_stats(reward_stats, traj.reward)
+            reward_stats = update_running_stats(reward_stats, traj.reward, self.shards)
             train_reward = standardize(reward_stats, traj.reward)
         adv, targets = gae(
             train_reward,
@@ -546,11 +564,12 @@ class PPO(LearnerParts):
         it: ``(grads, stats)``. Every loss term is a mean over equal-size chunks, so the
         mean of chunk gradients is exact."""
         if self.cfg.normalize_advantages:
-            mb = mb.replace(advantages=normalize(mb.advantages))  # minibatch statistics
+            # minibatch statistics, over every shard's part of the minibatch
+            mb = mb.replace(advantages=self.shards.normalize(mb.advantages))
         grad_fn = jax.value_and_grad(self.loss, has_aux=True)
         if self.grad_chunks == 1:
             (_, stats), grads = grad_fn(params, mb)
-            return grads, stats
+            return self.shards.mean((grads, stats))
 
         def one_chunk(_, chunk):
             (_, stats), grads = grad_fn(params, chunk)
@@ -558,7 +577,7 @@ class PPO(LearnerParts):
 
         chunks = split_units(mb, self.grad_chunks, self.recurrent)
         _, (grads, stats) = jax.lax.scan(one_chunk, None, chunks)
-        return jax.tree.map(lambda x: x.mean(axis=0), (grads, stats))
+        return self.shards.mean(jax.tree.map(lambda x: x.mean(axis=0), (grads, stats)))
 
     def sgd_step(self, carry, mb: Batch):
         """One optimiser step on minibatch ``mb``: ``((params, opt_state), stats)``."""
@@ -574,8 +593,10 @@ class PPO(LearnerParts):
         """An update's metrics: the means of its step statistics, the rollout's episode
         metrics and its mean training reward."""
         metrics = {k: v.mean() for k, v in stats.items()}
-        metrics.update(episode_metrics(done, info, self.env.has_won, self.env.return_reduction))
-        metrics["reward_mean"] = traj.reward.mean()
+        metrics.update(
+            episode_metrics(done, info, self.env.has_won, self.env.return_reduction, self.shards)
+        )
+        metrics["reward_mean"] = self.shards.mean(traj.reward.mean())
         return metrics
 
     def update(self, s: PPOState) -> tuple[PPOState, dict]:
@@ -588,7 +609,7 @@ class PPO(LearnerParts):
         batch = Batch(rollout=traj, advantages=adv, targets=targets, carries=carries0)
 
         def run_epoch(carry, r):
-            mbs = minibatches(r, batch, cfg.num_minibatches, self.recurrent)
+            mbs = minibatches(self.shards.key(r), batch, cfg.num_minibatches, self.recurrent)
             return jax.lax.scan(self.sgd_step, carry, mbs)
 
         rng, r_epochs = jax.random.split(rng)
@@ -606,9 +627,10 @@ class PPO(LearnerParts):
         return s, metrics
 
 
-def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
-    """IPPO or MAPPO (``cfg.name``), feed-forward or GRU, for ``env`` with ``shaper``."""
-    return PPO(cfg, env, shaper).learner()
+def make_learner(cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE) -> Learner:
+    """IPPO or MAPPO (``cfg.name``), feed-forward or GRU, for ``env`` with ``shaper``;
+    with ``shards``, the program of one of its data shards."""
+    return PPO(cfg, env, shaper, shards).learner()
 
 
 def make_train(cfg, env: ArrayEnv, shaper: Shaper):

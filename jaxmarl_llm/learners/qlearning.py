@@ -57,6 +57,7 @@ from jaxmarl_llm.learners.q_losses import (
     next_agent_values,
     sequence_targets,
 )
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import Shaper, team_reward
 
 OPTIMIZERS = ("adam", "rmsprop")
@@ -191,8 +192,8 @@ class QLearning(OffPolicyLearner):
     sequence_items = True
     learn_metrics = LEARN_METRICS
 
-    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper):
-        super().__init__(cfg, env, shaper)
+    def __init__(self, cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE):
+        super().__init__(cfg, env, shaper, shards)
         self.hidden_dim = int(cfg.hidden_dim)
         self.td_lambda = None if cfg.td_lambda is None else float(cfg.td_lambda)
         self.double_q = bool(cfg.double_q)
@@ -342,6 +343,7 @@ class QLearning(OffPolicyLearner):
         (loss, q_mean), grads = jax.value_and_grad(self.loss, has_aux=True)(
             nets.params, nets.target_params, items, shaper_params
         )
+        loss, q_mean, grads = self.shards.mean((loss, q_mean, grads))
         updates, opt_state = self.tx.update(grads, nets.opt_state, nets.params)
         params = optax.apply_updates(nets.params, updates)
         grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grads)))
@@ -356,9 +358,9 @@ class QLearning(OffPolicyLearner):
         )
 
 
-def make_learner(cfg, env: ArrayEnv, shaper: Shaper) -> Learner:
+def make_learner(cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE) -> Learner:
     """QMIX, VDN or QPLEX (``cfg.name`` names the mixer) for ``env`` with ``shaper``."""
-    return QLearning(cfg, env, shaper).learner()
+    return QLearning(cfg, env, shaper, shards).learner()
 
 
 def make_train(cfg, env: ArrayEnv, shaper: Shaper):

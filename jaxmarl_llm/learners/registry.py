@@ -20,6 +20,7 @@ import importlib
 from types import ModuleType
 
 from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,9 @@ class AlgoSpec:
     # trained by the module's own host loop, ``run(cfg) -> RunResult`` (language-model
     # policies that read text between env steps), not by a jitted Learner
     host_loop: bool = False
+    # ``make_learner`` takes ``shards`` (``learners.shards.DataShards``): the learner can
+    # split its envs over a mesh's data axis
+    data_parallel: bool = False
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -50,7 +54,7 @@ _Q = "jaxmarl_llm.learners.qlearning"
 _VERCO = "jaxmarl_llm.methods.verco.train"
 
 ALGORITHMS: dict[str, AlgoSpec] = {
-    spec.name: spec
+    spec.name: dataclasses.replace(spec, data_parallel=not spec.host_loop)
     for spec in (
         AlgoSpec("ippo", _PPO, "PPOConfig", "PPO per agent, critic on the agent's own "
                  "observation", budget_annealed_lr=("anneal_lr",)),
@@ -108,9 +112,18 @@ def check_config(cfg) -> None:
     algo_spec(cfg.name).load().check_config(cfg)
 
 
-def make_learner(cfg, env, shaper):
-    """The ``Learner`` of ``cfg`` (an ``algo`` block that ``check_config`` accepted)."""
-    return algo_spec(cfg.name).load().make_learner(cfg, env, shaper)
+def make_learner(cfg, env, shaper, shards: DataShards = SINGLE):
+    """The ``Learner`` of ``cfg`` (an ``algo`` block that ``check_config`` accepted); with
+    ``shards``, the program of one of its data shards."""
+    spec = algo_spec(cfg.name)
+    if not shards.active:
+        return spec.load().make_learner(cfg, env, shaper)
+    if not spec.data_parallel:
+        raise ConfigError(
+            f"algo {spec.name!r} cannot split its envs over {shards.count} devices; set "
+            "mesh.devices=1, or mesh.seeds to the device count (seeds split over devices)"
+        )
+    return spec.load().make_learner(cfg, env, shaper, shards)
 
 
 def make_train(cfg, env, shaper):

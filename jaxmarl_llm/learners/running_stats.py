@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxmarl_llm.learners.shards import SINGLE, DataShards
+
 EPSILON = 1e-8
 
 
@@ -24,10 +26,13 @@ class RunningMeanStd(struct.PyTreeNode):
         return cls(jnp.zeros(()), jnp.ones(()), jnp.asarray(1e-4))
 
 
-def update_running_stats(stats: RunningMeanStd, x: jax.Array) -> RunningMeanStd:
-    """The moments of everything seen so far plus every element of ``x``."""
-    batch_mean, batch_var = x.mean(), x.var()
-    batch_count = jnp.asarray(x.size, jnp.float32)
+def update_running_stats(
+    stats: RunningMeanStd, x: jax.Array, shards: DataShards = SINGLE
+) -> RunningMeanStd:
+    """The moments of everything seen so far plus every element of ``x`` (of every
+    shard's ``x``)."""
+    batch_mean, batch_var = shards.moments(x)
+    batch_count = jnp.asarray(x.size * shards.count, jnp.float32)
     delta = batch_mean - stats.mean
     total = stats.count + batch_count
     mean = stats.mean + delta * batch_count / total

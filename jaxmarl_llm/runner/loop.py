@@ -1,10 +1,12 @@
 """``run_experiment``: build a run from its config, train it chunk by chunk (each chunk
-one jitted, seed-vmapped ``lax.scan`` of ``log_every`` updates), and between chunks log,
-evaluate, run feedback rounds and checkpoint on the host."""
+one jitted, seed-vmapped ``lax.scan`` of ``log_every`` updates, sharded over the run's
+device mesh), and between chunks log, evaluate, run feedback rounds and checkpoint on
+the host."""
 
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -18,14 +20,16 @@ import orbax.checkpoint as ocp
 from omegaconf import DictConfig
 
 from jaxmarl_llm.config import to_yaml
-from jaxmarl_llm.learners import algo_spec, run_chunk
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners import algo_spec, make_learner
 from jaxmarl_llm.learners.base import check_train_state
 from jaxmarl_llm.plotting import plot_run
 from jaxmarl_llm.runner.build import make_env, make_shaper_and_learner, seed_keys
 from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
 from jaxmarl_llm.runner.comparisons import run_comparisons
 from jaxmarl_llm.runner.evaluation import eval_due, eval_keys, seed_evaluate
-from jaxmarl_llm.runner.feedback import feedback_round, seed_collect
+from jaxmarl_llm.runner.feedback import feedback_round
+from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh, to_host
 from jaxmarl_llm.runner.records import (
     RunLog,
     Timings,
@@ -61,6 +65,7 @@ class _Run:
     cfg: DictConfig
     run_dir: Path
     learner: Any
+    sharded: ShardedLearner  # the learner's functions on the run's mesh
     feedback: Any  # the shaper's online feedback, or None
     collect: Callable | None  # seed-vmapped ``learner.collect`` where feedback has rounds
     evaluate: Callable | None  # seed-vmapped greedy evaluation where ``eval.every`` > 0
@@ -86,10 +91,14 @@ class _Run:
     def chunk_fn(self, n: int):
         """``n`` updates of every seed in one jitted call, the input state donated."""
         if n not in self.chunk_fns:
-            self.chunk_fns[n] = jax.jit(
-                jax.vmap(lambda s: run_chunk(self.learner, s, n)), donate_argnums=0
-            )
+            self.chunk_fns[n] = self.sharded.chunk(n)
         return self.chunk_fns[n]
+
+    def place(self, state):
+        """``state`` on the mesh as the compiled chunks take it (a feedback round's or
+        hook's new shaper parameters come back on one device)."""
+        shardings = self.sharded.state_shardings()
+        return state if shardings is None else jax.device_put(state, shardings)
 
     def checkpoint_due(self, done_updates: int) -> bool:
         """Every ``checkpoint_every`` chunks, and at the end."""
@@ -105,7 +114,8 @@ class _Run:
         after_chunk = getattr(self.feedback, "after_chunk", None)
         if after_chunk is None:
             return state
-        return state.replace(shaper_params=after_chunk(done_updates, state.shaper_params, metrics))
+        params = after_chunk(done_updates, state.shaper_params, metrics)
+        return self.place(state.replace(shaper_params=params))
 
     def count_episodes(self, metrics: dict) -> None:
         """Add the chunk's ended training episodes (``metrics`` leaves ``[seeds, n]``)
@@ -136,6 +146,7 @@ class _Run:
         state = feedback_round(
             self.cfg, self.feedback, self.collect, state, round_index, self.run_dir, note
         )
+        state = self.place(state)
         self.rounds_done = round_index + 1
         timings.feedback_s += time.perf_counter() - t1
         return state
@@ -216,13 +227,36 @@ def _build(cfg: DictConfig, env, run_dir: Path) -> _Run:
     feedback rounds the learner or chunking cannot host, and evaluation without a greedy
     policy, before anything is compiled."""
     shaper, learner = make_shaper_and_learner(cfg, env, run_dir)
+    mesh = make_run_mesh(cfg.mesh, int(cfg.num_seeds))
+    part = learner if mesh.data == 1 else make_learner(cfg.algo, env, shaper, mesh.shards)
+    sharded = ShardedLearner(learner, part, mesh)
     feedback = shaper.feedback
     collect = None
     if feedback is not None and feedback.rounds:
         check_feedback(feedback, int(cfg.log_every), cfg.algo.name, int(cfg.algo.num_envs))
-        collect = seed_collect(learner)
+        collect = sharded.collect()
     evaluate = seed_evaluate(cfg, env, learner)
-    return _Run(cfg, run_dir, learner, feedback, collect, evaluate)
+    return _Run(cfg, run_dir, learner, sharded, feedback, collect, evaluate)
+
+
+MESH_FILE = "mesh.json"
+
+
+def _check_mesh(run: _Run) -> None:
+    """Record the run's mesh in its folder; a resumed run whose learner keeps state per
+    data shard (a replay buffer each) must have the data axis it was saved with."""
+    path = run.run_dir / MESH_FILE
+    now = run.sharded.run_mesh.describe()
+    if run.cfg.resume and path.exists():
+        saved = json.loads(path.read_text())
+        if run.learner.shard_local_state and saved["data_axis"] != now["data_axis"]:
+            raise ConfigError(
+                f"resume: {run.run_dir} was trained with its envs split over "
+                f"{saved['data_axis']} devices and {run.cfg.algo.name} keeps a replay buffer "
+                f"per device, so it resumes on {saved['data_axis']} only (now "
+                f"{now['data_axis']}); set mesh.devices / mesh.seeds to match"
+            )
+    path.write_text(json.dumps(now, indent=2))
 
 
 def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
@@ -232,7 +266,8 @@ def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
     loop measures training only."""
     cfg = run.cfg
     t_compile = time.perf_counter()
-    state = jax.jit(jax.vmap(run.learner.init))(seed_keys(cfg))
+    _check_mesh(run)
+    state = run.sharded.init()(run.sharded.place_keys(seed_keys(cfg)))
     check_train_state(state, cfg.algo.name)
     run.mgr = checkpoint_manager(
         run.run_dir / "checkpoints", max_to_keep=cfg.keep_checkpoints, create=True
@@ -271,7 +306,7 @@ def _train_chunk(run: _Run, state, done: int, n: int, timings: Timings):
     the host, and its rows for metrics.csv."""
     t0 = time.perf_counter()
     state, metrics = run.chunk_fn(n)(state)
-    metrics = jax.device_get(metrics)
+    metrics = to_host(metrics)
     dt = time.perf_counter() - t0
     timings.run_s += dt
     timings.run_steps += n * run.steps_per_update
@@ -286,7 +321,7 @@ def _evaluate(run: _Run, state, done: int, timings: Timings) -> dict | None:
     if run.evaluate is None or not eval_due(run.cfg, done, run.total_updates):
         return None
     t1 = time.perf_counter()
-    metrics = jax.device_get(run.evaluate(state, eval_keys(run.cfg, done)))
+    metrics = to_host(run.evaluate(state, eval_keys(run.cfg, done)))
     row = eval_row(metrics, done, run.steps_per_update)
     timings.eval_s += time.perf_counter() - t1
     return row
@@ -305,6 +340,7 @@ def _finish(run: _Run, done: int, timings: Timings) -> dict:
     """Write summary.json and the curves, train the comparisons; the summary."""
     cfg, run_dir = run.cfg, run.run_dir
     summary = run_summary(cfg, run_dir, done * run.steps_per_update, timings)
+    summary["mesh"] = run.sharded.run_mesh.describe()
     write_summary(run_dir, summary)
     if cfg.plot:
         plot_run(run_dir)

@@ -13,7 +13,7 @@ from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners import algo_spec
 
 # Keys a resumed run may change; anything else must match the run being resumed.
-RESUMABLE_OVERRIDES = ("resume", "progress", "plot", "wandb")
+RESUMABLE_OVERRIDES = ("resume", "progress", "plot", "wandb", "mesh")
 
 
 def load_run_config(run_dir: Path) -> DictConfig:

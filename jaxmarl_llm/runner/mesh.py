@@ -224,7 +224,8 @@ class ShardedLearner:
             out_spec = P(SEEDS_AXIS, None, DATA_AXIS)
             return self._on_mesh(body, (self.state_specs, P(SEEDS_AXIS)), out_spec)(state, keys)
 
-        return jax.jit(fn, static_argnums=2)
+        jitted = jax.jit(fn, static_argnums=2)
+        return lambda state, keys, steps: jitted(state, self.place_keys(keys), steps)
 
 
 def _virtual(body: Callable, in_specs, out_specs, shards: int, check: bool) -> Callable:

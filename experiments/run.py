@@ -14,16 +14,6 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jaxmarl_llm.distributed import initialize_from_environment, is_primary
-    from jaxmarl_llm.errors import ConfigError, RunError
-
-    # one of several processes (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
-    # JAX_PROCESS_ID, or srun): they join before anything asks JAX for its devices
-    try:
-        initialize_from_environment()
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
     # The library's progress messages (LCA labelling, YOLO-MARL's plan) at INFO, on stderr;
     # other packages' loggers stay at WARNING.
     logging.basicConfig(format="%(message)s")
@@ -40,6 +30,17 @@ def main(argv: list[str] | None = None) -> int:
         "--print-config", action="store_true", help="print the resolved config and exit"
     )
     args = parser.parse_args(argv)
+
+    from jaxmarl_llm.distributed import initialize_from_environment, is_primary
+    from jaxmarl_llm.errors import ConfigError, RunError
+
+    # one of several processes (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+    # JAX_PROCESS_ID, or srun): they join before anything asks JAX for its devices
+    try:
+        initialize_from_environment()
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
 
     from jaxmarl_llm.config import available_configs, load_config, to_yaml
 

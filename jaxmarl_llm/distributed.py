@@ -5,6 +5,9 @@ Every process trains its own devices' part of the run's mesh (``runner.mesh``) a
 saves its shards of each orbax checkpoint; the run folder's other files (config.yaml,
 mesh.json, metrics.csv, eval.csv, summary.json, plots) are written by process 0 alone.
 The run folder must be on a filesystem every process sees, as orbax checkpoints need.
+
+(Not in ``runner``: importing that package starts JAX's backend, the envs' imports do,
+and ``jax.distributed.initialize`` must come first.)
 """
 
 from __future__ import annotations

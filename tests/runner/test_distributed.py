@@ -157,6 +157,8 @@ def test_bad_process_variables_are_named(environ, message, monkeypatch):
         ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1", "SLURM_STEP_NODELIST": "n1"}, False),
         ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4"}, False),  # the batch script, no srun
         ({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURM_STEP_NODELIST": "n[1-2]"}, True),
+        ({"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5", "OMPI_COMM_WORLD_SIZE": "2"}, True),
+        ({"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5", "OMPI_COMM_WORLD_SIZE": "1"}, False),
         ({"TPU_WORKER_HOSTNAMES": "t0"}, False),
         ({"TPU_WORKER_HOSTNAMES": "t0,t1"}, True),
     ],

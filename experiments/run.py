@@ -31,8 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from jaxmarl_llm.config import available_configs, load_config, to_yaml
+    from jaxmarl_llm.distributed import initialize_from_environment, is_primary
     from jaxmarl_llm.errors import ConfigError, RunError
+
+    # one of several processes (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+    # JAX_PROCESS_ID, or srun): they join before anything asks JAX for its devices
+    try:
+        initialize_from_environment()
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+
+    from jaxmarl_llm.config import available_configs, load_config, to_yaml
 
     if args.list or not args.name:
         import envs
@@ -66,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         # answer, a model whose code the sandbox refused
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(result.summary, indent=2))
-    print(f"results in {result.run_dir}")
+    if is_primary():
+        print(json.dumps(result.summary, indent=2))
+        print(f"results in {result.run_dir}")
     return 0
 
 

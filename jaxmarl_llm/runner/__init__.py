@@ -15,6 +15,9 @@ side runs inside the scan. A run folder holds::
     comparison.png  every curve in one plot
     checkpoints/    orbax checkpoints of the whole train state (resume=RUN_DIR continues)
 
+A run over several processes (``jaxmarl_llm.distributed``) has process 0 write these
+files; every process saves its shards of the checkpoints.
+
 The modules:
 
     loop          run_experiment: set up, train chunk by chunk, write the summary

@@ -112,12 +112,18 @@ class TrainedRun:
 
 
 def load_trained(run_dir: Path) -> TrainedRun:
-    """Rebuild a run's env, shaper and learner and restore its latest checkpoint."""
+    """Rebuild a run's env, shaper and learner and restore its latest checkpoint, whole,
+    on this process's first device (whatever devices the run trained on)."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     env = make_env(cfg)
     _, learner = make_shaper_and_learner(cfg, env, run_dir)
-    abstract = jax.eval_shape(jax.vmap(learner.init), seed_keys(cfg))
+    # without a sharding, orbax would restore onto the devices the run was saved from
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        jax.eval_shape(jax.vmap(learner.init), seed_keys(cfg)),
+    )
     ckpt = (run_dir / "checkpoints").absolute()
     if not ckpt.is_dir():
         raise ConfigError(f"{run_dir} has no checkpoints/ folder to load")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from jaxmarl_llm.distributed import is_primary
 from jaxmarl_llm.plotting import plot_runs
 from jaxmarl_llm.runner.resume import load_run_config
 
@@ -70,6 +71,6 @@ def run_comparisons(cfg: DictConfig, run_dir: Path) -> dict[str, dict]:
             k: summary.get(k)
             for k in ("name", "algo", "final_return_mean", "final_return_std", "env_steps")
         }
-    if cfg.plot:
+    if cfg.plot and is_primary():
         plot_runs(dirs, run_dir / "comparison.png", title=f"{cfg.env.name}")
     return finals

@@ -10,6 +10,8 @@ from pathlib import Path
 import jax
 from omegaconf import DictConfig
 
+from jaxmarl_llm.distributed import write_text
+
 
 def seed_collect(learner) -> Callable:
     """The learner's ``collect`` jitted and vmapped over seeds, the step count static."""
@@ -39,5 +41,5 @@ def feedback_round(
     path = run_dir / "feedback.json"
     rounds = json.loads(path.read_text()) if path.exists() else {}
     rounds[str(round_index)] = report
-    path.write_text(json.dumps(rounds, indent=2))
+    write_text(path, json.dumps(rounds, indent=2))
     return state

@@ -20,6 +20,7 @@ import orbax.checkpoint as ocp
 from omegaconf import DictConfig
 
 from jaxmarl_llm.config import to_yaml
+from jaxmarl_llm.distributed import is_primary, primary_first, sync, write_text
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners import algo_spec, make_learner
 from jaxmarl_llm.learners.base import check_train_state
@@ -181,6 +182,11 @@ def run_experiment(
     """
     spec = algo_spec(cfg.algo.name)
     if spec.host_loop:
+        if jax.process_count() > 1:
+            raise ConfigError(
+                f"algo.name={cfg.algo.name} trains in its own loop on one process; this run "
+                f"has {jax.process_count()}"
+            )
         return spec.load().run(cfg, on_chunk)
     cfg, extended_from = resolve_resume(cfg)
     # a bad env kwarg stops the run before its folder is written (the algo block was
@@ -189,6 +195,7 @@ def run_experiment(
     run_dir = Path(cfg.resume) if cfg.resume else new_run_dir(cfg)
     run = _build(cfg, env, run_dir)
     state, done, compile_s = _start(run, extended_from)
+    sync("run started")  # every process has read the run folder before it is rewritten
     records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
     bar = _Progress(run, done)
     timings = Timings(compile_s=compile_s)
@@ -226,11 +233,17 @@ def _build(cfg: DictConfig, env, run_dir: Path) -> _Run:
     """The shaper and learner of ``cfg`` and the host functions the loop calls; refuses
     feedback rounds the learner or chunking cannot host, and evaluation without a greedy
     policy, before anything is compiled."""
-    shaper, learner = make_shaper_and_learner(cfg, env, run_dir)
+    with primary_first("shaper built"):
+        shaper, learner = make_shaper_and_learner(cfg, env, run_dir)
     mesh = make_run_mesh(cfg.mesh, int(cfg.num_seeds))
     part = learner if mesh.data == 1 else make_learner(cfg.algo, env, shaper, mesh.shards)
     sharded = ShardedLearner(learner, part, mesh)
     feedback = shaper.feedback
+    if feedback is not None and jax.process_count() > 1:
+        raise ConfigError(
+            f"shaping.name={cfg.shaping.name} refits the shaper from the policy's play as it "
+            f"trains, which runs in one process; this run has {jax.process_count()}"
+        )
     collect = None
     if feedback is not None and feedback.rounds:
         check_feedback(feedback, int(cfg.log_every), cfg.algo.name, int(cfg.algo.num_envs))
@@ -256,7 +269,7 @@ def _check_mesh(run: _Run) -> None:
                 f"per device, so it resumes on {saved['data_axis']} only (now "
                 f"{now['data_axis']}); set mesh.devices / mesh.seeds to match"
             )
-    path.write_text(json.dumps(now, indent=2))
+    write_text(path, json.dumps(now, indent=2))
 
 
 def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
@@ -278,10 +291,11 @@ def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
         ended = extended_from is not None and done == extended_from // run.steps_per_update
         run.replay_episodes(done, ended)
         if extended_from is not None:
-            (run.run_dir / "config.yaml").write_text(to_yaml(cfg))
+            write_text(run.run_dir / "config.yaml", to_yaml(cfg))
             # the run is unfinished again: a kill from here on must not leave the shorter
             # run's summary to be taken for this one's
-            (run.run_dir / "summary.json").unlink(missing_ok=True)
+            if is_primary():
+                (run.run_dir / "summary.json").unlink(missing_ok=True)
     for n in set(chunk_lengths(done, run.total_updates, run.chunk)):
         run.chunk_fns[n] = run.chunk_fn(n).lower(state).compile()
     if run.evaluate is not None:
@@ -337,12 +351,14 @@ def _save_unsaved(run: _Run, state, done: int) -> None:
 
 
 def _finish(run: _Run, done: int, timings: Timings) -> dict:
-    """Write summary.json and the curves, train the comparisons; the summary."""
+    """Write summary.json and the curves, train the comparisons; the summary (on every
+    process, from the primary's metrics.csv)."""
     cfg, run_dir = run.cfg, run.run_dir
+    sync("run trained")
     summary = run_summary(cfg, run_dir, done * run.steps_per_update, timings)
     summary["mesh"] = run.sharded.run_mesh.describe()
     write_summary(run_dir, summary)
-    if cfg.plot:
+    if cfg.plot and is_primary():
         plot_run(run_dir)
         if "final_win_rate_mean" in summary:
             plot_run(run_dir, "win_rate", "win_curve.png")
@@ -366,7 +382,7 @@ class _Progress:
             initial=done * run.steps_per_update,
             unit="step",
             unit_scale=True,
-            disable=not run.cfg.progress,
+            disable=not (run.cfg.progress and is_primary()),
             dynamic_ncols=True,
             desc="train",
         )

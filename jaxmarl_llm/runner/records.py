@@ -14,6 +14,7 @@ import jax
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from jaxmarl_llm.distributed import is_primary, write_text
 from jaxmarl_llm.errors import ConfigError
 
 PER_SEED_METRICS = (
@@ -29,11 +30,15 @@ PER_SEED_PREFIXES = ("stat_", "eval_stat_")
 
 
 class MetricsWriter:
-    """Appends one CSV row per update; on resume, drops rows past the checkpoint."""
+    """Appends one CSV row per update; on resume, drops rows past the checkpoint. Only
+    the run's primary process writes (``distributed.is_primary``)."""
 
     def __init__(self, path: Path, keep_updates: int | None):
         self.path = path
         self.header: list[str] | None = None
+        self.writes = is_primary()
+        if not self.writes:
+            return
         if keep_updates is not None and path.exists():
             with path.open() as f:
                 rows = list(csv.reader(f))
@@ -46,7 +51,7 @@ class MetricsWriter:
             path.unlink()
 
     def write(self, rows: list[dict]) -> None:
-        if not rows:
+        if not rows or not self.writes:
             return
         if self.header is None:
             self.header = list(rows[0])
@@ -111,7 +116,7 @@ class _Wandb:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.run = None
         mode = str(getattr(cfg.wandb.mode, "value", cfg.wandb.mode))
-        if mode == "disabled":
+        if mode == "disabled" or not is_primary():
             return
         try:
             import wandb
@@ -252,4 +257,4 @@ def run_summary(cfg: DictConfig, run_dir: Path, env_steps: int, timings: Timings
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text(run_dir / "summary.json", json.dumps(summary, indent=2))

@@ -9,6 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from jaxmarl_llm.config import to_yaml
+from jaxmarl_llm.distributed import write_text
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners import algo_spec
 
@@ -41,7 +42,7 @@ def new_run_dir(cfg: DictConfig) -> Path:
             "continue it, or out_dir=... for a new run"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    write_text(run_dir / "config.yaml", to_yaml(cfg))
     return run_dir
 
 

@@ -229,7 +229,8 @@ class ShardedLearner:
 
 def disagreed(dtype) -> jax.Array:
     """What fills a replicated leaf of ``dtype`` whose virtual shards disagree: NaN, or
-    -1 (all bits set where unsigned, as in an RNG key's ``uint32``)."""
+    -1 (all bits set where unsigned, as in an RNG key's ``uint32``; True where boolean,
+    which a leaf can hold anyway: a boolean leaf's check is not conclusive)."""
     if jnp.issubdtype(dtype, jnp.inexact):
         return jnp.asarray(jnp.nan, dtype)
     if jnp.issubdtype(dtype, jnp.unsignedinteger):

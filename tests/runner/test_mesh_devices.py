@@ -1,7 +1,8 @@
 """Learners on 4 (forced CPU) devices: the numbers of 4 virtual data shards, the learning
 statistics of one device, and run.py runs on a mesh, resumed on another. One subprocess
 (``mesh_equivalence_script.py``) computes everything: the device count is fixed when
-jax starts."""
+jax starts. It compiles a dozen programs (minutes on a 2-core CPU), so it runs with the
+slow tests (``-m slow``), in one test: xdist would run a module fixture on each worker."""
 
 import json
 import os
@@ -18,9 +19,7 @@ ROOT = SCRIPT.parents[2]
 ALGOS = ("ippo", "mappo", "qmix")
 
 
-@pytest.fixture(scope="module")
-def result(tmp_path_factory):
-    scratch = tmp_path_factory.mktemp("mesh_devices")
+def run_script(scratch: Path) -> dict:
     flags = os.environ.get("XLA_FLAGS", "")
     env = {
         **os.environ,
@@ -45,8 +44,7 @@ def metrics(result, algo, mode) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, np.float64) for k, v in m.items()}
 
 
-@pytest.mark.parametrize("algo", ALGOS)
-def test_four_devices_compute_what_four_virtual_shards_do(result, algo):
+def check_four_devices_compute_what_four_virtual_shards_do(result, algo):
     """The first update's metrics and parameters agree to float precision; the next ones
     may drift apart by the order of the cross-device float reductions."""
     assert result["compare"][algo]["data_axis"] == 4
@@ -81,8 +79,7 @@ STATISTICS = {
 }
 
 
-@pytest.mark.parametrize("algo", ALGOS)
-def test_four_devices_learn_as_one_device_does(result, algo):
+def check_four_devices_learn_as_one_device_does(result, algo):
     devices, one = metrics(result, algo, "devices"), metrics(result, algo, "one")
     for name in STATISTICS[algo]:
         a, b = np.nanmean(devices[name], 1), np.nanmean(one[name], 1)  # per seed
@@ -94,7 +91,7 @@ def test_four_devices_learn_as_one_device_does(result, algo):
     assert result["compare"][algo]["params_differ_from_one_device"] > 1e-3
 
 
-def test_run_py_records_the_mesh(result):
+def check_run_py_records_the_mesh(result):
     run = result["runs"]["ippo_4"]
     assert run["code"] == 0, run["stderr"]
     for described in (run["summary"]["mesh"], run["mesh_json"]):
@@ -103,7 +100,7 @@ def test_run_py_records_the_mesh(result):
     assert run["metric_rows"] == 16
 
 
-def test_a_ppo_run_resumes_on_another_device_count(result):
+def check_a_ppo_run_resumes_on_another_device_count(result):
     """PPO keeps no state per shard: trained on 4 devices, extended on 2."""
     run = result["runs"]["ippo_resumed_on_2"]
     assert run["code"] == 0, run["stderr"]
@@ -113,7 +110,7 @@ def test_a_ppo_run_resumes_on_another_device_count(result):
     assert np.isfinite(run["summary"]["final_return_mean"])
 
 
-def test_a_replay_buffer_run_refuses_another_device_count(result):
+def check_a_replay_buffer_run_refuses_another_device_count(result):
     assert result["runs"]["qmix_4"]["code"] == 0
     refused = result["runs"]["qmix_resumed_on_2"]
     assert refused["code"] == 2
@@ -122,3 +119,14 @@ def test_a_replay_buffer_run_refuses_another_device_count(result):
     assert "split over 4 devices" in refused["stderr"] and "(now 2)" in refused["stderr"]
     # refused before anything was written
     assert result["runs"]["qmix_checkpoints"] == [4, 8]
+
+
+@pytest.mark.slow
+def test_learners_on_four_cpu_devices(tmp_path):
+    result = run_script(tmp_path)
+    for algo in ALGOS:
+        check_four_devices_compute_what_four_virtual_shards_do(result, algo)
+        check_four_devices_learn_as_one_device_does(result, algo)
+    check_run_py_records_the_mesh(result)
+    check_a_ppo_run_resumes_on_another_device_count(result)
+    check_a_replay_buffer_run_refuses_another_device_count(result)

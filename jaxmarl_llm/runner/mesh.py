@@ -228,12 +228,23 @@ class ShardedLearner:
         return lambda state, keys, steps: jitted(state, self.place_keys(keys), steps)
 
 
+def disagreed(dtype) -> jax.Array:
+    """What fills a replicated leaf of ``dtype`` whose virtual shards disagree: NaN, or
+    -1 (all bits set where unsigned, as in an RNG key's ``uint32``; True where boolean,
+    which a leaf can hold anyway: a boolean leaf's check is not conclusive)."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.asarray(jnp.nan, dtype)
+    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+        return jnp.asarray(jnp.iinfo(dtype).max, dtype)
+    return jnp.asarray(-1, dtype)
+
+
 def _virtual(body: Callable, in_specs, out_specs, shards: int, check: bool) -> Callable:
     """``body`` vmapped over ``shards`` virtual data shards (axis name ``data``): each
     input leaf split along its spec's ``data`` dimension (or broadcast where it has
     none), each output leaf joined back along its spec's (or taken from shard 0, where
     every shard holds the same value; with ``check``, a leaf whose shards differ comes
-    back as NaN, or -1 if integral)."""
+    back filled with ``disagreed``'s marker)."""
 
     def data_dim(spec: P) -> int | None:
         return next((i for i, name in enumerate(spec) if name == DATA_AXIS), None)
@@ -248,10 +259,11 @@ def _virtual(body: Callable, in_specs, out_specs, shards: int, check: bool) -> C
     def join(x, spec):
         d = data_dim(spec)
         if d is None:
-            if check:  # NaN (or -1) marks a leaf whose shards disagree
-                same = jnp.all(x == x[0:1])
-                bad = jnp.nan if jnp.issubdtype(x.dtype, jnp.inexact) else -1
-                return jnp.where(same, x[0], jnp.asarray(bad, x.dtype))
+            if check:  # a marker fills a leaf whose shards disagree
+                same = x == x[0:1]
+                if jnp.issubdtype(x.dtype, jnp.inexact):  # NaN: a metric with no data
+                    same |= jnp.isnan(x) & jnp.isnan(x[0:1])
+                return jnp.where(jnp.all(same), x[0], disagreed(x.dtype))
             return x[0]
         x = jnp.moveaxis(x, 0, d)
         return x.reshape(*x.shape[:d], -1, *x.shape[d + 2 :])

@@ -1,8 +1,10 @@
 """Learners on 4 (forced CPU) devices: the numbers of 4 virtual data shards, the learning
 statistics of one device, and run.py runs on a mesh, resumed on another. One subprocess
 (``mesh_equivalence_script.py``) computes everything: the device count is fixed when
-jax starts. It compiles a dozen programs (minutes on a 2-core CPU), so it runs with the
-slow tests (``-m slow``), in one test: xdist would run a module fixture on each worker."""
+jax starts. The whole check compiles a dozen programs (minutes on a 2-core CPU), so it
+runs with the slow tests (``-m slow``); the default suite runs its quick form (4 devices
+against one, run.py on 4 devices). Each is one test: xdist would run a module fixture on
+each worker."""
 
 import json
 import os
@@ -19,10 +21,11 @@ ROOT = SCRIPT.parents[2]
 ALGOS = ("ippo", "mappo", "qmix")
 
 
-def run_script(scratch: Path) -> dict:
+def run_script(scratch: Path, quick: bool = False) -> dict:
     flags = os.environ.get("XLA_FLAGS", "")
     env = {
         **os.environ,
+        "JAXMARL_MESH_QUICK": "1" if quick else "0",
         "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=4".strip(),
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
@@ -130,3 +133,10 @@ def test_learners_on_four_cpu_devices(tmp_path):
     check_run_py_records_the_mesh(result)
     check_a_ppo_run_resumes_on_another_device_count(result)
     check_a_replay_buffer_run_refuses_another_device_count(result)
+
+
+def test_learners_on_four_cpu_devices_quick(tmp_path):
+    result = run_script(tmp_path, quick=True)
+    for algo in ALGOS:
+        check_four_devices_learn_as_one_device_does(result, algo)
+    check_run_py_records_the_mesh(result)

@@ -99,3 +99,33 @@ def test_golden_runs_compare_numbers_not_names():
     diff = golden.differences(ref, changed)
     assert len(diff) == 3 and diff[0].startswith("metric loss") and "(2,)" in diff[2]
     assert golden.differences(ref, {"metrics": {}, "leaves": []})[0] == "metric loss is missing"
+
+
+def test_scaling_runs_each_device_count_on_its_own_mesh(tmp_path, monkeypatch, capfd):
+    import jax
+
+    # the children compile into the session's cache (their programs recur between runs)
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir)
+    argv = ["--devices", "2", "1", "--envs-per-device", "2", "--num-steps", "4",
+            "--updates", "1", "--repeats", "1", "--compare-unsharded", "--json",
+            "--out", str(tmp_path / "s.json"), "algo.num_minibatches=2"]  # fmt: skip
+    out = _load("scaling").main(argv)
+    assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == out
+    assert json.loads((tmp_path / "s.json").read_text()) == out
+    one, two = out["rows"]
+    assert [one["devices"], two["devices"]] == [1, 2]
+    assert two["mesh"]["data_axis"] == 2 and two["mesh"]["platform"] == "cpu"
+    assert [one["num_envs"], two["num_envs"]] == [2, 4]
+    assert two["env_steps_per_chunk"] == 2 * one["env_steps_per_chunk"] == 2 * 2 * 4
+    assert one["efficiency"] == 1.0
+    assert two["efficiency"] == pytest.approx(two["env_steps_per_s"] / (2 * one["env_steps_per_s"]))
+    assert out["compare_unsharded"]["mesh_vs_plain"] > 0 and "mesh_vs_plain" not in two
+
+
+def test_scaling_refuses_more_accelerators_than_the_host_has():
+    scaling = _load("scaling")
+    scaling.check_counts("gpu", 4, [1, 2, 4])
+    with pytest.raises(SystemExit, match="--devices 8 16: this host has 4 gpu"):
+        scaling.check_counts("gpu", 4, [1, 8, 16])
+    flags = scaling.child_env(4)["XLA_FLAGS"].split()
+    assert flags.count("--xla_force_host_platform_device_count=4") == 1

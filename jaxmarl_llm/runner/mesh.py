@@ -13,8 +13,9 @@ Which state leaves are split, and along which axis, is read from shapes: a leaf 
 one-shard learner's state whose length along one axis is ``data`` times the per-shard
 learner's is split along it; a leaf of equal shape is replicated.
 
-``virtual=True`` runs the same per-shard program under ``vmap`` with the ``data`` axis
-name on whatever device holds the state: what ``N`` devices compute, on one (tests).
+A ``RunMesh`` without a ``mesh`` has virtual data shards: the same per-shard program
+under ``vmap`` with the ``data`` axis name, on whatever device holds the state: what
+``N`` devices compute, on one (tests).
 """
 
 from __future__ import annotations

@@ -158,15 +158,16 @@ def test_virtual_shards_mark_replicated_outputs_that_disagree():
 
 # ----- learners on a mesh -------------------------------------------------------------------
 
+TINY_PPO = [
+    "algo.num_envs=4",
+    "algo.num_steps=9",
+    "algo.total_timesteps=360",
+    "algo.num_minibatches=2",
+    "algo.update_epochs=2",
+    "algo.hidden_sizes=[16,16]",
+]
 TINY = {
-    "ippo": [
-        "algo.num_envs=4",
-        "algo.num_steps=9",
-        "algo.total_timesteps=360",
-        "algo.num_minibatches=2",
-        "algo.update_epochs=2",
-        "algo.hidden_sizes=[16,16]",
-    ],
+    "ippo": TINY_PPO,
     "qmix": [
         "algo.num_envs=4",
         "algo.num_steps=9",
@@ -179,14 +180,7 @@ TINY = {
         "algo.mixer_hypernet_dim=16",
         "algo.updates_per_rollout=2",
     ],
-    "happo": [
-        "algo.num_envs=4",
-        "algo.num_steps=9",
-        "algo.total_timesteps=360",
-        "algo.num_minibatches=2",
-        "algo.update_epochs=2",
-        "algo.hidden_sizes=[16,16]",
-    ],
+    "happo": TINY_PPO,
     "maddpg": [
         "algo.num_envs=4",
         "algo.num_steps=9",

@@ -32,38 +32,71 @@ def main(argv=None) -> dict:
     p.add_argument("--updates", type=int, default=10)
     p.add_argument("--seeds", type=int, default=1, help="vmapped seeds (steps/s counts all)")
     p.add_argument("--repeats", type=int, default=1, help="timed runs; the best is reported")
+    p.add_argument(
+        "--minus-updates",
+        type=int,
+        default=None,
+        help="also time a run of this many updates and report the difference (diff_s): "
+        "the time of the last updates - minus_updates updates, without the start-up ones",
+    )
+    p.add_argument(
+        "--mesh-devices",
+        type=int,
+        default=1,
+        help="split the envs over this many devices (data shards, as mesh.devices=N does); "
+        "on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N host devices",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("overrides", nargs="*", help="extra config overrides, key=value")
     args = p.parse_args(argv)
 
+    from omegaconf import OmegaConf
+
     import envs
     from jaxmarl_llm.config import build_config
     from jaxmarl_llm.learners import make_learner
+    from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh
     from jaxmarl_llm.shaping.registry import build_shaper
 
     over = [f"algo.num_envs={args.num_envs}", f"env.name={args.env}"]
     if args.num_steps:
         over.append(f"algo.num_steps={args.num_steps}")
-    cfg = build_config({"algo": {"name": args.algo}}, over + list(args.overrides))
-    steps = cfg.algo.num_steps * cfg.algo.num_envs
-    cfg.algo.total_timesteps = steps * args.updates
-    if args.algo in ("qmix", "vdn", "qplex", "maddpg"):
-        cfg.algo.learning_starts = 0  # measure the steady state: every update trains
-        cfg.algo.batch_size = min(cfg.algo.batch_size, cfg.algo.buffer_size)
 
-    env = envs.make_array_env(cfg.env.name, **cfg.env.kwargs)
-    learner = make_learner(cfg.algo, env, build_shaper(cfg.shaping, env))
-    train = jax.jit(jax.vmap(learner.train))
-    keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
-
-    t0 = time.perf_counter()
-    compiled = train.lower(keys).compile()
-    compile_s = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(args.repeats):
+    def timed(updates):
+        cfg = build_config({"algo": {"name": args.algo}}, over + list(args.overrides))
+        cfg.algo.total_timesteps = cfg.algo.num_steps * cfg.algo.num_envs * updates
+        if args.algo in ("qmix", "vdn", "qplex", "maddpg"):
+            cfg.algo.learning_starts = 0  # measure the steady state: every update trains
+            cfg.algo.batch_size = min(cfg.algo.batch_size, cfg.algo.buffer_size)
+        env = envs.make_array_env(cfg.env.name, **cfg.env.kwargs)
+        shaper = build_shaper(cfg.shaping, env)
+        learner = make_learner(cfg.algo, env, shaper)
         t0 = time.perf_counter()
-        _, metrics = jax.block_until_ready(compiled(keys))
-        best = min(best, time.perf_counter() - t0)
+        if args.mesh_devices == 1:
+            compiled = jax.jit(jax.vmap(learner.train)).lower(keys).compile()
+        else:  # the runner's mesh: init, then every update in one chunk, on the devices
+            mesh = make_run_mesh(
+                OmegaConf.create({"devices": args.mesh_devices, "seeds": 1}), args.seeds
+            )
+            part = make_learner(cfg.algo, env, shaper, mesh.shards)
+            sharded = ShardedLearner(learner, part, mesh)
+            placed = sharded.place_keys(keys)
+            init = sharded.init().lower(placed).compile()
+            chunk = sharded.chunk(learner.num_updates).lower(init(placed)).compile()
+            compiled = lambda _: chunk(init(placed))
+        compile_s = time.perf_counter() - t0
+        best = float("inf")
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            _, metrics = jax.block_until_ready(compiled(keys))
+            best = min(best, time.perf_counter() - t0)
+        return cfg, env, learner, metrics, best, compile_s
+
+    keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
+    base_s = None
+    if args.minus_updates is not None:
+        base_s = timed(args.minus_updates)[4]
+    cfg, env, learner, metrics, best, compile_s = timed(args.updates)
     env_steps = learner.num_updates * learner.env_steps_per_update * args.seeds
     ret = np.asarray(metrics["episode_return"])[:, -3:]
     out = {
@@ -81,6 +114,14 @@ def main(argv=None) -> dict:
         "device": str(jax.devices()[0]),
         "jax": jax.__version__,
     }
+    if base_s is not None:
+        diff_updates = learner.num_updates - args.minus_updates
+        out.update(
+            minus_updates=args.minus_updates,
+            base_run_s=base_s,
+            diff_s=best - base_s,
+            diff_env_steps_per_s=diff_updates * learner.env_steps_per_update / (best - base_s),
+        )
     if args.algo in ("qmix", "vdn", "qplex"):
         from jaxmarl_llm.learners.qlearning import QLearning
 

@@ -27,6 +27,24 @@ def test_json_line_has_throughput_fields(script, argv, capfd):
     assert printed["env_steps_per_s"] > 0 and printed["run_s"] > 0
 
 
+def test_throughput_difference_of_two_budgets(capfd):
+    argv = ["--num-envs", "4", "--num-steps", "8", "--updates", "3", "--minus-updates", "1"]
+    out = _load("train_throughput").main([*argv, "algo.num_minibatches=2", "--json"])
+    assert out["minus_updates"] == 1 and out["updates"] == 3
+    assert out["diff_s"] == pytest.approx(out["run_s"] - out["base_run_s"])
+    # two updates of 4 envs x 8 steps in diff_s
+    assert out["diff_env_steps_per_s"] == pytest.approx(64 / out["diff_s"])
+
+
+def test_throughput_mesh_needs_the_devices():
+    from jaxmarl_llm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="xla_force_host_platform_device_count"):
+        _load("train_throughput").main(
+            ["--num-envs", "4", "--num-steps", "8", "--updates", "1", "--mesh-devices", "64"]
+        )
+
+
 def test_gpu_suite_keeps_what_finished_and_names_what_failed(tmp_path, monkeypatch, capsys):
     suite = _load("gpu_suite")
     (tmp_path / "ok.py").write_text(

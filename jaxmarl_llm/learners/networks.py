@@ -197,6 +197,25 @@ def with_agent_ids(x: jax.Array) -> jax.Array:
     return jnp.concatenate([x, agent_one_hot(n, x.shape[:-2])], axis=-1)
 
 
+def apply_recurrent_flat(agents: AgentParams, params, carry, xs, resets):
+    """A recurrent module ``(carry [B, N, H], xs [T, B, N, D], resets [T, B, N]) ->
+    (carry, outputs [T, B, N, ...])`` under ``agents``. With shared parameters the agent
+    axis is folded into the batch, so every step of the scan multiplies 2-D ``[B * N, D]``
+    matrices: XLA:CPU runs a ``[B, N, D]`` dot, and its gradient, markedly slower (MAPPO-RNN
+    on SMAX 3m: 20% of the whole run). Otherwise the agent axis goes to ``agents.apply``."""
+    if agents.num_groups > 1:
+        return agents.apply(params, carry, xs, resets, agent_axes=(1, 2, 2), out_axes=(1, 2))
+    T, B, N = xs.shape[:3]
+    carry, out = agents.apply(
+        params,
+        carry.reshape(B * N, -1),
+        xs.reshape(T, B * N, -1),
+        resets.reshape(T, B * N),
+    )
+    unfold = lambda x, lead: x.reshape(*lead, *x.shape[len(lead) - 1 :])
+    return unfold(carry, (B, N)), jax.tree.map(lambda x: unfold(x, (T, B, N)), out)
+
+
 class AgentParams:
     """Applies ``module`` to per-agent inputs with shared, per-group or per-agent params.
 

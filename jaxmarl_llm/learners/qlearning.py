@@ -40,7 +40,13 @@ from envs.array_env import ArrayEnv
 from jaxmarl_llm.learners.base import Learner
 from jaxmarl_llm.learners.initializers import orthogonal
 from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
-from jaxmarl_llm.learners.networks import AgentParams, ParamSharing, ResetGRU, with_agent_ids
+from jaxmarl_llm.learners.networks import (
+    AgentParams,
+    ParamSharing,
+    ResetGRU,
+    apply_recurrent_flat,
+    with_agent_ids,
+)
 from jaxmarl_llm.learners.offpolicy import (
     Nets,
     OffPolicyLearner,
@@ -222,9 +228,7 @@ class QLearning(OffPolicyLearner):
         -> (carry, q ``[T, B, N, A]``)."""
         x = with_agent_ids(obs) if self.cfg.agent_ids else obs
         resets = jnp.broadcast_to(resets[..., None], obs.shape[:-1])
-        return self.agent.apply(
-            agent_params, carry, x, resets, agent_axes=(1, 2, 2), out_axes=(1, 2)
-        )
+        return apply_recurrent_flat(self.agent, agent_params, carry, x, resets)
 
     def init_params(self, rng) -> dict:
         r_agent, r_mixer = jax.random.split(rng)

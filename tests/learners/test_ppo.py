@@ -166,6 +166,8 @@ def test_grad_chunk_rows_default_follows_the_backend():
     assert ppo.grad_chunk_rows(None, "tpu") == 0
     assert ppo.grad_chunk_rows(24, "gpu") == 24  # a configured value wins everywhere
     assert ppo.grad_chunk_rows(0, "cpu") == 0
+    assert ppo.grad_chunk_rows(None, "cpu", recurrent=True) == 0  # GRU minibatches whole
+    assert ppo.grad_chunk_rows(24, "cpu", recurrent=True) == 24
 
 
 @pytest.mark.parametrize(

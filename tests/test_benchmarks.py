@@ -119,6 +119,7 @@ def test_golden_runs_compare_numbers_not_names():
     assert golden.differences(ref, {"metrics": {}, "leaves": []})[0] == "metric loss is missing"
 
 
+@pytest.mark.slow  # two fresh processes importing jaxmarl and compiling: 20-35 s
 def test_scaling_runs_each_device_count_on_its_own_mesh(tmp_path, monkeypatch, capfd):
     import jax
 

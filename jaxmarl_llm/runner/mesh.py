@@ -158,6 +158,9 @@ class ShardedLearner:
         self.check_replicas = check_replicas
         keys = jax.ShapeDtypeStruct((1, 2), jnp.uint32)
         whole_state = jax.eval_shape(jax.vmap(whole.init), keys)
+        if mesh.data == 1:
+            self.axes = jax.tree.map(lambda _: REPLICATED, whole_state)
+            return
         # one shard's state, traced where the data axis is bound
         shards = jax.vmap(
             jax.vmap(self._init_part), in_axes=None, axis_size=mesh.data, axis_name=DATA_AXIS

@@ -268,9 +268,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize(
-    "case", [c if c in ("ippo", "qmix") else pytest.param(c, marks=SLOW) for c in CASES]
-)
+# every case compiles two learners (15-20 s each on 2 cores): the default suite's learners
+# on devices are checked by test_mesh_devices' quick test
+@pytest.mark.parametrize("case", [pytest.param(c, marks=SLOW) for c in CASES])
 def test_virtual_shards_keep_replicated_state_identical(case):
     """Two virtual data shards, every replicated leaf checked across them: parameters,
     optimiser states, target networks, counters and metrics agree on both shards after

@@ -13,11 +13,6 @@ from omegaconf import DictConfig
 from jaxmarl_llm.distributed import write_text
 
 
-def seed_collect(learner) -> Callable:
-    """The learner's ``collect`` jitted and vmapped over seeds, the step count static."""
-    return jax.jit(jax.vmap(learner.collect, in_axes=(0, 0, None)), static_argnums=2)
-
-
 def feedback_round(
     cfg: DictConfig,
     feedback,

@@ -14,11 +14,8 @@ Architecture (Gemma 3, as in the reference PyTorch implementation):
 
 Layers are stacked and run with ``nn.scan`` (one compiled layer body, fast compiles).
 
-Masking works from *positions*, not slot order: every cache slot remembers the position
-of the token written there (``INVALID_POS`` for padding or unwritten slots) and a query
-at position ``p`` sees slot ``s`` iff ``pos[s] <= p`` (and ``p - pos[s] < window`` on
-local layers). Rows of a batch may therefore be left- or right-padded, and each row's
-positions start at 0 at its first real token.
+Masking, RoPE and the KV cache are every family's (:mod:`jaxmarl_llm.lm.decoder`); local
+layers also mask slots ``window`` or more positions back.
 """
 
 from __future__ import annotations
@@ -29,38 +26,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ..decoder import (
+    Cache,
+    RMSNorm,
+    apply_rope,
+    cached_attention,
+    init_cache,
+    rope_tables,
+    slot_positions,
+)
 from .weights import GemmaConfig
 
-INVALID_POS = 1 << 30  # position of a slot nobody may attend to
-
-Cache = dict[str, jax.Array]  # k, v: [L, B, S, Hkv, Dh]; pos: [B, S] int32; index: [] int32
-
-
-class RMSNorm(nn.Module):
-    eps: float
-
-    @nn.compact
-    def __call__(self, x):
-        # ``scale`` holds Gemma's ``1 + w`` (llama.cpp's GGUF stores it pre-added).
-        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
-        x32 = x.astype(jnp.float32)
-        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (y * scale).astype(x.dtype)
-
-
-def rope_tables(positions: jax.Array, head_dim: int, base: float, scale: float = 1.0):
-    """cos/sin ``[B, T, head_dim]`` for rotate-half RoPE."""
-    inv_freq = 1.0 / (base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-    ang = (positions.astype(jnp.float32) / scale)[..., None] * inv_freq
-    ang = jnp.concatenate([ang, ang], axis=-1)
-    return jnp.cos(ang), jnp.sin(ang)
-
-
-def apply_rope(x, cos, sin):
-    """x: ``[B, T, H, D]``; cos/sin: ``[B, T, D]``."""
-    half = x.shape[-1] // 2
-    rot = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos[:, :, None, :] + rot * sin[:, :, None, :]
+__all__ = ["Gemma3", "init_cache"]
 
 
 class Attention(nn.Module):
@@ -81,17 +58,9 @@ class Attention(nn.Module):
         sin = jnp.where(is_global, sin_g, sin_l)
         q = apply_rope(q, cos, sin) * (cfg.query_pre_attn_scalar**-0.5)
         k = apply_rope(k, cos, sin)
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
         mask_local, mask_global = mask
         m = jnp.where(is_global, mask_global, mask_local)  # [B, T, S]
-        qg = q.reshape(b, t, kv, h // kv, dh)
-        scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_cache.astype(q.dtype))
-        scores = scores.astype(jnp.float32)
-        scores = jnp.where(m[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v_cache.astype(q.dtype))
-        out = out.reshape(b, t, h * dh)
+        out, k_cache, v_cache = cached_attention(q, k, v, k_cache, v_cache, index, m)
         return nn.Dense(cfg.d_model, use_bias=False, name="o")(out), k_cache, v_cache
 
 
@@ -158,11 +127,7 @@ class Gemma3(nn.Module):
         cfg = self.cfg
         index = cache["index"]
         x = self.embed(tokens).astype(self.dtype) * jnp.asarray(cfg.d_model**0.5, self.dtype)
-        new_pos = jnp.where(valid, positions, INVALID_POS).astype(jnp.int32)
-        slot_pos = jax.lax.dynamic_update_slice(cache["pos"], new_pos, (0, index))
-        qp = positions[:, :, None]
-        kp = slot_pos[:, None, :]
-        causal = (kp <= qp) & (kp != INVALID_POS)
+        slot_pos, causal, (qp, kp) = slot_positions(cache, positions, valid)
         mask = (causal & (qp - kp < cfg.sliding_window), causal)
         rope = (
             rope_tables(positions, cfg.head_dim, cfg.rope_local_base),
@@ -182,13 +147,3 @@ class Gemma3(nn.Module):
             c = self.cfg.final_logit_softcap
             out = jnp.tanh(out / c) * c
         return out
-
-
-def init_cache(cfg: GemmaConfig, batch: int, length: int, dtype=jnp.float32) -> Cache:
-    shape = (cfg.n_layers, batch, length, cfg.n_kv_heads, cfg.head_dim)
-    return {
-        "k": jnp.zeros(shape, dtype),
-        "v": jnp.zeros(shape, dtype),
-        "pos": jnp.full((batch, length), INVALID_POS, jnp.int32),
-        "index": jnp.zeros((), jnp.int32),
-    }

@@ -24,7 +24,7 @@ import os
 import pathlib
 from collections.abc import Sequence
 
-from .weights import INSTALL_HINT, GemmaWeightsError, cache_dir, open_gguf
+from .weights import INSTALL_HINT, GemmaWeightsError, cached_tokenizer, open_gguf
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 TOKENIZER_FORMAT = 1
@@ -138,27 +138,13 @@ class GemmaTokenizer:
         (``reader``: the file already opened with ``open_gguf``, saving a second parse)."""
         tokenizers = _require_tokenizers()
         path = pathlib.Path(gguf_path)
-        st = path.stat() if path.is_file() else None
-        if st is None:
+        if not path.is_file():
             open_gguf(path)  # raises the helpful error
-        cache = cache or cache_dir()
-        name = f"gemma3-tokenizer-{path.stem}-{st.st_size}-{st.st_mtime_ns}-v{TOKENIZER_FORMAT}"
-        cached = cache / f"{name}.json"
-        text = None
-        if cached.is_file():
-            try:
-                return cls(tokenizers.Tokenizer.from_file(str(cached)), bos_id, eos_id, pad_id)
-            except Exception:  # noqa: BLE001 - rebuild a broken cache entry
-                pass
-        text = build_tokenizer_json(path, reader)
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, cached)
-        except OSError:
-            pass
-        return cls(tokenizers.Tokenizer.from_str(text), bos_id, eos_id, pad_id)
+        name = f"gemma3-tokenizer-{path.stem}-v{TOKENIZER_FORMAT}"
+        tok = cached_tokenizer(
+            tokenizers, path, name, lambda: build_tokenizer_json(path, reader), cache
+        )
+        return cls(tok, bos_id, eos_id, pad_id)
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         ids = self._tok.encode(text, add_special_tokens=False).ids

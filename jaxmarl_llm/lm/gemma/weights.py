@@ -342,6 +342,29 @@ def write_weights_cache(
         return None
 
 
+def cached_tokenizer(tokenizers, path: pathlib.Path, name: str, build, cache=None):
+    """The ``tokenizers.Tokenizer`` cached as ``{name}-{size}-{mtime}.json`` for the GGUF at
+    ``path`` (under ``cache`` or ``cache_dir()``), or ``build()``'s JSON text, stored
+    atomically for next time (a broken entry is rebuilt; a read-only cache is skipped)."""
+    st = path.stat()
+    cache = cache or cache_dir()
+    cached = cache / f"{name}-{st.st_size}-{st.st_mtime_ns}.json"
+    if cached.is_file():
+        try:
+            return tokenizers.Tokenizer.from_file(str(cached))
+        except Exception:  # noqa: BLE001 - rebuild a broken cache entry
+            pass
+    text = build()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, cached)
+    except OSError:
+        pass
+    return tokenizers.Tokenizer.from_str(text)
+
+
 def load_weights(
     gguf_path: str | os.PathLike | None = None, *, use_cache: bool = True
 ) -> LoadedWeights:

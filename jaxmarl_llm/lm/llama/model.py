@@ -13,9 +13,7 @@ Architecture (as transformers' ``LlamaForCausalLM`` / ``Qwen2ForCausalLM``):
 - SwiGLU MLP: ``down(silu(gate(x)) * up(x))``;
 - output head tied to the embedding or a separate ``lm_head``.
 
-Masking is Gemma's: every cache slot remembers its token's position (``INVALID_POS`` for
-padding and unwritten slots) and a query at position ``p`` sees slot ``s`` iff
-``pos[s] <= p``, so rows may be left- or right-padded.
+Masking, RoPE and the KV cache are every family's (:mod:`jaxmarl_llm.lm.decoder`).
 """
 
 from __future__ import annotations
@@ -26,8 +24,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ..gemma.model import INVALID_POS, Cache, RMSNorm, apply_rope, rope_tables
+from ..decoder import (
+    Cache,
+    RMSNorm,
+    apply_rope,
+    cached_attention,
+    init_cache,
+    rope_tables,
+    slot_positions,
+)
 from .weights import LlamaConfig
+
+__all__ = ["Llama", "init_cache"]
 
 
 class Attention(nn.Module):
@@ -45,15 +53,7 @@ class Attention(nn.Module):
         cos, sin = rope
         q = apply_rope(q, cos, sin) * (dh**-0.5)
         k = apply_rope(k, cos, sin)
-        k_cache = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), (0, index, 0, 0))
-        v_cache = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), (0, index, 0, 0))
-        qg = q.reshape(b, t, kv, h // kv, dh)
-        scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_cache.astype(q.dtype))
-        scores = scores.astype(jnp.float32)
-        scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v_cache.astype(q.dtype))
-        out = out.reshape(b, t, h * dh)
+        out, k_cache, v_cache = cached_attention(q, k, v, k_cache, v_cache, index, mask)
         return nn.Dense(cfg.d_model, use_bias=False, name="o")(out), k_cache, v_cache
 
 
@@ -120,11 +120,7 @@ class Llama(nn.Module):
         cfg = self.cfg
         index = cache["index"]
         x = self.embed(tokens).astype(self.dtype)
-        new_pos = jnp.where(valid, positions, INVALID_POS).astype(jnp.int32)
-        slot_pos = jax.lax.dynamic_update_slice(cache["pos"], new_pos, (0, index))
-        qp = positions[:, :, None]
-        kp = slot_pos[:, None, :]
-        mask = (kp <= qp) & (kp != INVALID_POS)
+        slot_pos, mask, _ = slot_positions(cache, positions, valid)
         rope = rope_tables(positions, cfg.head_dim, cfg.rope_base, cfg.rope_scale)
         (x, *_), (k, v) = self.layers((x, rope, mask, index), (cache["k"], cache["v"]))
         x = self.final_norm(x)
@@ -138,13 +134,3 @@ class Llama(nn.Module):
         if self.cfg.tie_embeddings:
             return self.embed.attend(hidden).astype(jnp.float32)
         return self.lm_head(hidden).astype(jnp.float32)
-
-
-def init_cache(cfg: LlamaConfig, batch: int, length: int, dtype=jnp.float32) -> Cache:
-    shape = (cfg.n_layers, batch, length, cfg.n_kv_heads, cfg.head_dim)
-    return {
-        "k": jnp.zeros(shape, dtype),
-        "v": jnp.zeros(shape, dtype),
-        "pos": jnp.full((batch, length), INVALID_POS, jnp.int32),
-        "index": jnp.zeros((), jnp.int32),
-    }

@@ -18,7 +18,7 @@ import os
 import pathlib
 from collections.abc import Sequence
 
-from ..gemma.weights import cache_dir
+from ..gemma.weights import cached_tokenizer
 from .weights import LlamaWeightsError, open_gguf
 
 CONTROL, USER_DEFINED = 3, 4
@@ -144,25 +144,11 @@ class LlamaTokenizer:
         path = pathlib.Path(gguf_path)
         if not path.is_file():
             open_gguf(path)  # raises the helpful error
-        st = path.stat()
-        cache = cache or cache_dir()
-        name = f"llama-tokenizer-{path.stem}-{st.st_size}-{st.st_mtime_ns}-v{TOKENIZER_FORMAT}"
-        cached = cache / f"{name}.json"
-        if cached.is_file():
-            try:
-                tok = tokenizers.Tokenizer.from_file(str(cached))
-                return cls(tok, bos_id, eos_id, pad_id, add_bos)
-            except Exception:  # noqa: BLE001 - rebuild a broken cache entry
-                pass
-        text = build_tokenizer_json(path, reader)
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, cached)
-        except OSError:
-            pass
-        return cls(tokenizers.Tokenizer.from_str(text), bos_id, eos_id, pad_id, add_bos)
+        name = f"llama-tokenizer-{path.stem}-v{TOKENIZER_FORMAT}"
+        tok = cached_tokenizer(
+            tokenizers, path, name, lambda: build_tokenizer_json(path, reader), cache
+        )
+        return cls(tok, bos_id, eos_id, pad_id, add_bos)
 
     def _bos(self, add_bos: bool | None) -> list[int]:
         return [self.bos_id] if (self.add_bos if add_bos is None else add_bos) else []

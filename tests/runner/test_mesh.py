@@ -224,8 +224,8 @@ SLOW = pytest.mark.slow
 
 @pytest.mark.parametrize("algo", ["ippo", pytest.param("qmix", marks=SLOW)])
 def test_one_shard_is_the_unsharded_learner(algo):
-    """On a one-device mesh the sharded functions compute, bit for bit, the seed-vmapped
-    jitted learner the runner used before meshes."""
+    """On a one-device mesh the sharded functions (placed keys and state, donated chunks)
+    compute, bit for bit, the plain seed-vmapped jitted learner."""
     cfg, whole, _ = build(algo, 1)
     keys = seed_keys(cfg)
     sharded = ShardedLearner(whole, whole, make_run_mesh(mesh_cfg(1), int(cfg.num_seeds)))

@@ -17,9 +17,8 @@ Replay learners (qmix, ...) keep ``algo.batch_size`` and ``algo.buffer_size`` pe
 (multiplied by N: each device samples the same batch from a buffer of the same size) and
 train from the first update (``learning_starts=0``).
 
-``--compare-unsharded`` also times, at 1 device, the path without a mesh (the one-device
-runner before meshes: ``jax.jit(jax.vmap(lambda s: run_chunk(learner, s, n)))``, state
-donated), interleaved with the mesh path's chunks: ``mesh_vs_plain`` is their steps/s ratio.
+On one device the runner's path is the plain ``jax.jit(jax.vmap(run_chunk))`` (no
+``shard_map``, see ``runner.mesh``), so the 1-device row is the unsharded learner's speed.
 """
 
 from __future__ import annotations
@@ -114,7 +113,7 @@ def worker(args) -> dict:
 
     import envs
     from jaxmarl_llm.config import build_config
-    from jaxmarl_llm.learners import make_learner, run_chunk
+    from jaxmarl_llm.learners import make_learner
     from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh
     from jaxmarl_llm.shaping.registry import build_shaper
 
@@ -132,7 +131,7 @@ def worker(args) -> dict:
     over += [f"algo.num_envs={n * args.envs_per_device}", f"mesh.devices={n}", "mesh.seeds=1"]
     cfg = build_config(raw, over)
     steps = cfg.algo.num_steps * cfg.algo.num_envs
-    chunks = args.repeats * (2 if args.compare_unsharded else 1) + 2 * args.warmup
+    chunks = args.repeats + args.warmup
     cfg.algo.total_timesteps = steps * args.updates * chunks
 
     env = envs.make_array_env(cfg.env.name, **cfg.env.kwargs)
@@ -158,34 +157,11 @@ def worker(args) -> dict:
     }
     if args.algo in REPLAY_ALGOS:
         row.update(buffer_size=int(cfg.algo.buffer_size), batch_size=int(cfg.algo.batch_size))
-    if not args.compare_unsharded:
-        state, metrics, times = _timed(chunk, state, args.repeats, args.warmup)
-    else:
-        if n != 1:
-            raise SystemExit("--compare-unsharded compares at 1 device")
-        plain_fn = jax.jit(jax.vmap(lambda s: run_chunk(whole, s, args.updates)), donate_argnums=0)
-        t0 = time.perf_counter()
-        plain_state = jax.jit(jax.vmap(whole.init))(keys)
-        plain = plain_fn.lower(plain_state).compile()
-        row["plain_compile_s"] = time.perf_counter() - t0
-        times, plain_times = [], []
-        state, _, _ = _timed(chunk, state, 0, args.warmup)
-        plain_state, _, _ = _timed(plain, plain_state, 0, args.warmup)
-        for _ in range(args.repeats):  # interleaved: both see the same machine load
-            state, metrics, t = _timed(chunk, state, 1, 0)
-            plain_state, plain_metrics, tp = _timed(plain, plain_state, 1, 0)
-            times += t
-            plain_times += tp
-        row["plain_run_s"] = min(plain_times)
-        row["plain_run_s_all"] = plain_times
-        row["plain_env_steps_per_s"] = env_steps / min(plain_times)
-        row["plain_final_return"] = _final_return(plain_metrics)
+    state, metrics, times = _timed(chunk, state, args.repeats, args.warmup)
     row["run_s"] = min(times)
     row["run_s_all"] = times
     row["env_steps_per_s"] = env_steps / min(times)
     row["final_return"] = _final_return(metrics)
-    if args.compare_unsharded:
-        row["mesh_vs_plain"] = row["env_steps_per_s"] / row["plain_env_steps_per_s"]
     return row
 
 
@@ -202,8 +178,6 @@ def run_count(n: int, args) -> dict:
     ]  # fmt: skip
     if args.num_steps:
         argv += ["--num-steps", str(args.num_steps)]
-    if args.compare_unsharded and n == 1:
-        argv.append("--compare-unsharded")
     proc = subprocess.run(argv + list(args.overrides), env=child_env(n), stdout=subprocess.PIPE)
     if proc.returncode != 0:
         raise SystemExit(f"the run on {n} device(s) failed (exit {proc.returncode}); see above")
@@ -224,9 +198,6 @@ def main(argv=None) -> dict:
     p.add_argument("--updates", type=int, default=3, help="updates per timed chunk")
     p.add_argument("--repeats", type=int, default=2, help="timed chunks; the best counts")
     p.add_argument("--warmup", type=int, default=1, help="untimed chunks after compiling")
-    p.add_argument(
-        "--compare-unsharded", action="store_true", help="at 1 device, also the path without a mesh"
-    )
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
@@ -240,8 +211,6 @@ def main(argv=None) -> dict:
     counts = sorted(set(args.devices))
     if counts[0] < 1:
         raise SystemExit("--devices: counts are at least 1")
-    if args.compare_unsharded and 1 not in counts:
-        counts = [1, *counts]
     backend, available = probe(max(counts))
     check_counts(backend, available, counts)
     rows = []
@@ -276,11 +245,6 @@ def main(argv=None) -> dict:
         "host_cores": os.cpu_count(),
         "jax": jax.__version__,
     }
-    if args.compare_unsharded:
-        one = rows[0]
-        out["compare_unsharded"] = {
-            k: one[k] for k in ("env_steps_per_s", "plain_env_steps_per_s", "mesh_vs_plain")
-        }
     text = json.dumps(out)
     if args.out:
         with open(args.out, "w") as f:
@@ -293,12 +257,6 @@ def main(argv=None) -> dict:
             print(
                 f"{r['devices']:>8} {r['num_envs']:>9} {r['env_steps_per_s']:>12,.0f} "
                 f"{r['efficiency']:>10.2f}"
-            )
-        if args.compare_unsharded:
-            c = out["compare_unsharded"]
-            print(
-                f"1 device: mesh {c['env_steps_per_s']:,.0f} vs plain "
-                f"{c['plain_env_steps_per_s']:,.0f} env steps/s ({c['mesh_vs_plain']:.3f})"
             )
     return out
 

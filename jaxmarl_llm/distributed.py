@@ -103,14 +103,18 @@ def sync(name: str) -> None:
 @contextmanager
 def primary_first(name: str) -> Iterator[None]:
     """The block on process 0, then on the others: what it writes (a shaper's caches) is
-    there for them to reuse rather than written by all at once."""
+    there for them to reuse rather than written by all at once. Process 0 releases the
+    others even when its block fails, so they fail on their own rather than wait."""
     if jax.process_count() == 1:
         yield
         return
     if not is_primary():
         sync(name)
-    yield
-    if is_primary():
+        yield
+        return
+    try:
+        yield
+    finally:
         sync(name)
 
 

@@ -126,7 +126,7 @@ def test_scaling_runs_each_device_count_on_its_own_mesh(tmp_path, monkeypatch, c
     # the children compile into the session's cache (their programs recur between runs)
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", jax.config.jax_compilation_cache_dir)
     argv = ["--devices", "2", "1", "--envs-per-device", "2", "--num-steps", "4",
-            "--updates", "1", "--repeats", "1", "--compare-unsharded", "--json",
+            "--updates", "1", "--repeats", "1", "--json",
             "--out", str(tmp_path / "s.json"), "algo.num_minibatches=2"]  # fmt: skip
     out = _load("scaling").main(argv)
     assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == out
@@ -138,7 +138,7 @@ def test_scaling_runs_each_device_count_on_its_own_mesh(tmp_path, monkeypatch, c
     assert two["env_steps_per_chunk"] == 2 * one["env_steps_per_chunk"] == 2 * 2 * 4
     assert one["efficiency"] == 1.0
     assert two["efficiency"] == pytest.approx(two["env_steps_per_s"] / (2 * one["env_steps_per_s"]))
-    assert out["compare_unsharded"]["mesh_vs_plain"] > 0 and "mesh_vs_plain" not in two
+    assert one["mesh"]["data_axis"] == 1 and one["run_s"] > 0
 
 
 def test_scaling_refuses_more_accelerators_than_the_host_has():

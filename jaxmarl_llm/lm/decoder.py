@@ -63,14 +63,14 @@ def init_cache(cfg: Any, batch: int, length: int, dtype=jnp.float32) -> Cache:
 
 
 def slot_positions(cache: Cache, positions: jax.Array, valid: jax.Array):
-    """The cache's slot positions once the new tokens are written, and the causal mask
-    ``[B, T, S]`` of the new tokens over them; also ``(query, slot)`` positions
-    ``[B, T, 1]`` and ``[B, 1, S]`` for windowed masks."""
+    """The cache's slot positions once the new tokens are written, the causal mask
+    ``[B, T, S]`` of the new tokens over them, and how many positions back each slot is
+    from each new token (``[B, T, S]``, for windowed masks)."""
     new_pos = jnp.where(valid, positions, INVALID_POS).astype(jnp.int32)
     slot_pos = jax.lax.dynamic_update_slice(cache["pos"], new_pos, (0, cache["index"]))
     qp = positions[:, :, None]
     kp = slot_pos[:, None, :]
-    return slot_pos, (kp <= qp) & (kp != INVALID_POS), (qp, kp)
+    return slot_pos, (kp <= qp) & (kp != INVALID_POS), qp - kp
 
 
 def cached_attention(q, k, v, k_cache, v_cache, index, mask):

@@ -127,8 +127,8 @@ class Gemma3(nn.Module):
         cfg = self.cfg
         index = cache["index"]
         x = self.embed(tokens).astype(self.dtype) * jnp.asarray(cfg.d_model**0.5, self.dtype)
-        slot_pos, causal, (qp, kp) = slot_positions(cache, positions, valid)
-        mask = (causal & (qp - kp < cfg.sliding_window), causal)
+        slot_pos, causal, back = slot_positions(cache, positions, valid)
+        mask = (causal & (back < cfg.sliding_window), causal)
         rope = (
             rope_tables(positions, cfg.head_dim, cfg.rope_local_base),
             rope_tables(positions, cfg.head_dim, cfg.rope_global_base, cfg.rope_global_scale),

@@ -31,14 +31,9 @@ def pytest_configure(config):
     # older loop emitters compile in ~60% of the time of its fusion emitters (a tiny DPM
     # run: 27 s of compiling against 46 s). Neither changes what a program computes
     # beyond float rounding. Set before the backend starts; a user's own XLA_FLAGS win.
-    flags = os.environ.get("XLA_FLAGS", "")
-    for flag, value in (
-        ("xla_backend_optimization_level", "0"),
-        ("xla_cpu_use_fusion_emitters", "false"),
-    ):
-        if flag not in flags:
-            flags = f"{flags} --{flag}={value}".strip()
-    os.environ["XLA_FLAGS"] = flags
+    from xla_flags import with_suite_flags
+
+    os.environ["XLA_FLAGS"] = with_suite_flags(os.environ.get("XLA_FLAGS", ""))
 
     cache = os.environ.get("JAXMARL_TEST_XLA_CACHE") or str(config.rootpath / ".xla_test_cache")
     jax.config.update("jax_compilation_cache_dir", cache)

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+from xla_flags import floats_as_in_the_product, with_product_floats
 
 from jaxmarl_llm.config import ConfigError, build_config, to_yaml
 from jaxmarl_llm.runner import finished_summary, run_experiment
@@ -152,7 +153,7 @@ def test_a_failure_between_checkpoints_keeps_the_finished_chunks(tmp_path, caplo
 # the product's XLA flags the two programs give the same floats; under the suite's (loop
 # emitters, tests/conftest.py) they differ in the last bits, so the suite compares floats
 # to 1e-5 and the slow test re-runs it under the product's flags, bit for bit.
-FLAGS_KEEP_BITS = "--xla_cpu_use_fusion_emitters=false" not in os.environ.get("XLA_FLAGS", "")
+FLAGS_KEEP_BITS = floats_as_in_the_product()
 
 
 def assert_same_floats(a, b, err_msg=""):
@@ -218,9 +219,7 @@ def test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget(tmp_p
 
 @pytest.mark.slow
 def test_extending_a_run_matches_a_fresh_run_bit_for_bit_under_the_products_flags():
-    flags = os.environ.get("XLA_FLAGS", "").replace(
-        "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_use_fusion_emitters=true"
-    )
+    flags = with_product_floats(os.environ.get("XLA_FLAGS", ""))
     name = "test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget"
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{name}"],

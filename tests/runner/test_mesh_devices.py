@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from xla_flags import with_product_floats
 
 SCRIPT = Path(__file__).with_name("mesh_equivalence_script.py")
 ROOT = SCRIPT.parents[2]
@@ -27,9 +28,7 @@ def run_script(scratch: Path, quick: bool = False) -> dict:
         # the full check bounds how far QMIX's 4-device parameters drift from 4 virtual
         # shards' over 6 updates (float reduction order, amplified by Adam); it is set for
         # the product's compiler, not the suite's faster loop emitters (tests/conftest.py)
-        flags = flags.replace(
-            "--xla_cpu_use_fusion_emitters=false", "--xla_cpu_use_fusion_emitters=true"
-        )
+        flags = with_product_floats(flags)
     env = {
         **os.environ,
         "JAXMARL_MESH_QUICK": "1" if quick else "0",

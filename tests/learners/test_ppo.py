@@ -42,7 +42,11 @@ def train(cfg, env, seeds=2):
         {},
         {"name": "mappo"},
         {"recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
-        {"name": "mappo", "recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
+        # MAPPO's GRU path is also in the gradient-chunking test below; learning here is slow
+        pytest.param(
+            {"name": "mappo", "recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
+            marks=pytest.mark.slow,
+        ),
         {"param_sharing": "per_agent"},
     ],
     ids=["ippo-ff", "mappo-ff", "ippo-gru", "mappo-gru", "ippo-per-agent"],

@@ -14,6 +14,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from xla_flags import with_suite_flags
 
 from jaxmarl_llm.config import load_config
 from jaxmarl_llm.distributed import initialize_from_environment
@@ -48,7 +49,7 @@ def train_in_two_processes(out: Path, logs: Path) -> list[str]:
     each printed (their output goes to files in ``logs``: a pipe that fills up would
     stall one process, and the other with it, in a collective)."""
     port = free_port()
-    flags = "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"
+    flags = with_suite_flags("--xla_force_host_platform_device_count=2")
     cmd = [sys.executable, "experiments/run.py", "ippo_mpe_spread", *TINY, "mesh.seeds=2"]
     cmd.append(f"out_dir={out}")
     procs = []

@@ -13,6 +13,13 @@ def pytest_addoption(parser):
         help="run the full (compiled) env conformance check on every registered env, not "
         "only on one representative per env implementation",
     )
+    parser.addoption(
+        "--compile-profile",
+        metavar="DIR",
+        default=None,
+        help="write each test's jax trace / lower / XLA compile seconds to DIR "
+        "(tests/compile_profile.py; `python tests/compile_profile.py DIR` sums them up)",
+    )
 
 
 # ----- one persistent XLA compilation cache for the test session ---------------------------
@@ -41,6 +48,14 @@ def pytest_configure(config):
     # recur across tests and workers too: cache them all
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+    if config.getoption("compile_profile"):
+        from pathlib import Path
+
+        from compile_profile import CompileProfile
+
+        profile = CompileProfile(Path(config.getoption("compile_profile")))
+        config.pluginmanager.register(profile, "compile_profile")  # its configure runs now
 
 
 # ----- finished tiny runs, trained once per session ----------------------------------------

@@ -250,6 +250,7 @@ def test_dpm_under_mappo_refits_and_pays_its_reward_in_the_rollout(tmp_path):
     assert after and all(float(r["reward_mean"]) != 0.0 for r in after)
 
 
+@pytest.mark.slow  # two more DPM runs; the runner's own extension test stays in the suite
 def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(
     tmp_path, three_round_run
 ):
@@ -889,6 +890,7 @@ def test_agent_ranking_prompt_carries_the_papers_focused_attack_notice(smax):
     assert prompt.index(notice) < prompt.index("1. The Scene Information")
 
 
+@pytest.mark.slow  # a DPM run; with its resumed twin below
 def test_feedback_every_episodes_holds_a_round_at_each_chunk_end_past_the_next_mark(tmp_path):
     with pytest.raises(ConfigError, match="give one feedback cadence: every=2 .* or feedback_eve"):
         _tiny(tmp_path, "shaping.kwargs.feedback_every_episodes=3")

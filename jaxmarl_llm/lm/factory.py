@@ -85,6 +85,6 @@ def make_backend(
         if cache_mode == "replay":
             raise ValueError("cache_mode='replay' needs a label store (store=PATH)")
         return backend
-    if not isinstance(store, LabelStore):
-        store = LabelStore(store)
-    return CachedBackend(backend, store, mode=cache_mode)
+    if isinstance(store, LabelStore):
+        return CachedBackend(backend, store, mode=cache_mode)
+    return CachedBackend(backend, LabelStore(store), mode=cache_mode, owns_store=True)

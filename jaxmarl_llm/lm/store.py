@@ -128,9 +128,17 @@ class LabelStore:
 
 
 class CachedBackend(Backend):
-    """Any backend behind the label store. Counts hits and misses for the run report."""
+    """Any backend behind the label store. Counts hits and misses for the run report.
+    ``owns_store``: ``close`` closes the store too (it was opened for this backend), so
+    its answers are in the database file, not only in SQLite's write-ahead log."""
 
-    def __init__(self, backend: Backend, store: LabelStore, mode: CacheMode | str = "use"):
+    def __init__(
+        self,
+        backend: Backend,
+        store: LabelStore,
+        mode: CacheMode | str = "use",
+        owns_store: bool = False,
+    ):
         try:
             self.mode = CacheMode(mode)
         except ValueError:
@@ -139,6 +147,8 @@ class CachedBackend(Backend):
             ) from None
         self.backend = backend
         self.store = store
+        self.owns_store = owns_store
+        self._stored_at_close: int | None = None
         self.kind = backend.kind
         self.model = backend.model
         self.hits = 0
@@ -221,7 +231,11 @@ class CachedBackend(Backend):
         return [list(stored[k]) for k in keys]
 
     def stats(self) -> dict[str, int]:
-        return {"hits": self.hits, "misses": self.misses, "stored": len(self.store)}
+        stored = len(self.store) if self._stored_at_close is None else self._stored_at_close
+        return {"hits": self.hits, "misses": self.misses, "stored": stored}
 
     def close(self) -> None:
         self.backend.close()
+        if self.owns_store and self._stored_at_close is None:
+            self._stored_at_close = len(self.store)
+            self.store.close()

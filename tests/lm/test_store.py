@@ -184,3 +184,19 @@ def test_killing_a_labeling_run_loses_no_finished_answer(tmp_path):
         assert len(backend.asked) == 400 - kept
         assert [c.text for c in out] == [f"echo:q{i}" for i in range(400)]
         assert len(store) == 400
+
+
+def test_closing_a_backend_that_opened_its_store_writes_the_answers_into_the_file(tmp_path):
+    """A store opened for the backend is closed with it: the answers leave SQLite's
+    write-ahead log for the database file, and the counts stay readable."""
+    path = tmp_path / "labels.sqlite"
+    cached = CachedBackend(CountingBackend(), LabelStore(path), owns_store=True)
+    cached.generate([Request("only-in-the-file", params=SamplingParams(seed=0))])
+    cached.close()
+    assert not path.with_name("labels.sqlite-wal").exists()
+    assert b"echo:only-in-the-file" in path.read_bytes()
+    assert cached.stats() == {"hits": 0, "misses": 1, "stored": 1}
+    shared = LabelStore(path)  # a store passed in stays the caller's to close
+    CachedBackend(CountingBackend(), shared).close()
+    assert len(shared) == 1
+    shared.close()

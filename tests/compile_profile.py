@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+# jax's event -> the name it is recorded under
 EVENTS = {
-    "trace": "/jax/core/compile/jaxpr_trace_duration",
-    "lower": "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "compile": "/jax/core/compile/backend_compile_duration",
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
 }
 SMALL_COMPILE_S = 0.1  # an XLA compile under this is counted as a small (mostly eager) one
 
@@ -33,13 +34,14 @@ class CompileProfile:
         self.tests: dict[str, dict] = {}
 
     def listen(self, event: str, duration: float, **_) -> None:
-        for name, full in EVENTS.items():
-            if event == full:
-                self.seconds[name] += duration
-                self.counts[name] += 1
-                if name == "compile" and duration < SMALL_COMPILE_S:
-                    self.seconds["small_compile"] += duration
-                    self.counts["small_compile"] += 1
+        name = EVENTS.get(event)
+        if name is None:
+            return
+        self.seconds[name] += duration
+        self.counts[name] += 1
+        if name == "compile" and duration < SMALL_COMPILE_S:
+            self.seconds["small_compile"] += duration
+            self.counts["small_compile"] += 1
 
     def pytest_configure(self, config):
         import jax.monitoring

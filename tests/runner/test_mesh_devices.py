@@ -3,8 +3,8 @@ statistics of one device, and run.py runs on a mesh, resumed on another. One sub
 (``mesh_equivalence_script.py``) computes everything: the device count is fixed when
 jax starts. The whole check compiles a dozen programs (minutes on a 2-core CPU), so it
 runs with the slow tests (``-m slow``); the default suite runs its quick form (IPPO on 4
-devices against one, run.py on 4 devices). Each is one test: xdist would run a module fixture on
-each worker."""
+devices against one, run.py on 4 devices). Each is one test: xdist would run a module
+fixture on each worker."""
 
 import json
 import os

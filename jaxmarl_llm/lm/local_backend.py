@@ -138,17 +138,13 @@ class LocalBackend(Backend):
         import jax
         import jax.numpy as jnp
 
+        from jaxmarl_llm.lm.nucleus import top_p_filter
+
         scaled = logits / jnp.maximum(temperature, 1e-6)[:, None]
 
-        def top_p_filter(x):
-            order = jnp.sort(x, axis=-1)[:, ::-1]
-            probs = jax.nn.softmax(order, axis=-1)
-            before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each token
-            keep = before < top_p[:, None]
-            cutoff = jnp.min(jnp.where(keep, order, jnp.inf), axis=-1, keepdims=True)
-            return jnp.where(x >= cutoff, x, -jnp.inf)
-
-        scaled = jax.lax.cond(jnp.any(top_p < 1.0), top_p_filter, lambda x: x, scaled)
+        scaled = jax.lax.cond(
+            jnp.any(top_p < 1.0), lambda x: top_p_filter(x, top_p), lambda x: x, scaled
+        )
 
         def draw(s, t, row):
             key = jax.random.fold_in(jax.random.key(s), t)

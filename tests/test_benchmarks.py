@@ -10,6 +10,7 @@ def _load(name):
     return load_script(f"benchmarks/{name}.py")
 
 
+@pytest.mark.slow  # a benchmark-script run
 @pytest.mark.parametrize(
     "script, argv",
     [
@@ -27,6 +28,7 @@ def test_json_line_has_throughput_fields(script, argv, capfd):
     assert printed["env_steps_per_s"] > 0 and printed["run_s"] > 0
 
 
+@pytest.mark.slow  # a benchmark-script run
 def test_throughput_difference_of_two_budgets(capfd):
     argv = ["--num-envs", "4", "--num-steps", "8", "--updates", "3", "--minus-updates", "1"]
     out = _load("train_throughput").main([*argv, "algo.num_minibatches=2", "--json"])
@@ -71,6 +73,7 @@ def test_gpu_suite_keeps_what_finished_and_names_what_failed(tmp_path, monkeypat
     assert "skipped" not in rows and "skip skipped" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a benchmark-script run
 def test_dpm_scoring_reports_both_layouts_with_the_same_rewards(capfd):
     out = _load("dpm_scoring").main(["--items", "2", "--steps", "4", "--repeats", "1", "--json"])
     assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == pytest.approx(out)

@@ -95,7 +95,8 @@ def _leaves(state):
 EVERY_CHUNK = ["eval.every=1", "eval.episodes=4", "eval.max_steps=30"]
 
 
-@pytest.mark.parametrize("algo", ["ippo", "qmix"])
+# QMIX's resume is also checked, with sparse checkpoints, by the failure test below
+@pytest.mark.parametrize("algo", ["ippo", pytest.param("qmix", marks=pytest.mark.slow)])
 def test_resume_matches_uninterrupted_run(tmp_path, algo, finished):
     _, full = finished(algo)
 
@@ -163,6 +164,7 @@ def assert_same_floats(a, b, err_msg=""):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=err_msg)
 
 
+@pytest.mark.slow  # four QMIX runs
 def test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget(tmp_path):
     """``resume=RUN_DIR algo.total_timesteps=MORE`` continues a finished run; epsilon keeps
     the schedule of the first budget, and chunks, evaluations and checkpoints fall on the
@@ -222,7 +224,8 @@ def test_extending_a_run_matches_a_fresh_run_bit_for_bit_under_the_products_flag
     flags = with_product_floats(os.environ.get("XLA_FLAGS", ""))
     name = "test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget"
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{name}"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow",
+         f"{__file__}::{name}"],
         env={**os.environ, "XLA_FLAGS": flags},
         capture_output=True,
         text=True,

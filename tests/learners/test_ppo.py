@@ -41,13 +41,17 @@ def train(cfg, env, seeds=2):
     [
         {},
         {"name": "mappo"},
-        {"recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
-        # MAPPO's GRU path is also in the gradient-chunking test below; learning here is slow
+        # learning runs; the feed-forward ones above stay in the suite, the GRU paths are
+        # in the gradient-chunking test below, per-agent parameters in their own test
+        pytest.param(
+            {"recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             {"name": "mappo", "recurrent": True, "gru_hidden_dim": 32, "num_minibatches": 4},
             marks=pytest.mark.slow,
         ),
-        {"param_sharing": "per_agent"},
+        pytest.param({"param_sharing": "per_agent"}, marks=pytest.mark.slow),
     ],
     ids=["ippo-ff", "mappo-ff", "ippo-gru", "mappo-gru", "ippo-per-agent"],
 )

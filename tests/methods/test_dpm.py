@@ -222,6 +222,7 @@ def test_dpm_run_refits_the_ensemble_between_chunks(three_round_run):
             assert f[key] == pytest.approx(2 * r[key], rel=1e-4)
 
 
+@pytest.mark.slow  # a DPM run; the three-round QMIX run above stays in the suite
 def test_dpm_under_mappo_refits_and_pays_its_reward_in_the_rollout(tmp_path):
     """DPM's loop under an on-policy learner: rounds collect with MAPPO's ``collect``, and
     after the first refit the rollouts' rewards carry the intrinsic reward (the strong
@@ -400,6 +401,7 @@ def test_fading_weighs_the_intrinsic_reward_down_after_the_last_round(smax, jit)
     assert not np.asarray(apply(feedback.after_chunk(300, params), batch)).any()
 
 
+@pytest.mark.slow  # a DPM run; the per-seed fade itself is checked without one below
 def test_dpm_run_fades_only_the_seeds_that_won_after_the_last_round(tmp_path):
     # rounds after updates 2, 4 and 6; a seed fades over 8 updates once it wins any episode
     over = (*THREE_ROUNDS, TEN_UPDATES, "shaping.kwargs.fade.after_win=0.001")

@@ -148,6 +148,7 @@ def test_online_rounds_refit_each_seed_on_its_own_rollouts(online_run):
     assert not np.allclose(leaf[0], jax.tree.leaves(before.params.model)[0])
 
 
+@pytest.mark.slow  # two more LCA runs
 def test_online_rounds_resume_to_the_uninterrupted_result(tmp_path, online_run):
     full = online_run
 

@@ -3,7 +3,10 @@ the from-scratch baseline it is compared against."""
 
 import json
 
+import pytest
 from scripts import load_script
+
+pytestmark = pytest.mark.slow  # a benchmark-script run
 
 
 def test_lm_policy_throughput_json(capfd):

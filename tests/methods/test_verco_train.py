@@ -78,6 +78,7 @@ def test_run_on_salad_a_writes_metrics_summary_and_checkpoints(full_run):
     assert saved[-1] == "2"
 
 
+@pytest.mark.slow  # two more Verco runs
 def test_resume_gives_the_same_adapter_and_metrics(full_run, tmp_path):
     class Stop(Exception):
         pass

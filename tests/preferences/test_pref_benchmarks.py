@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
 from scripts import load_script
+
+# benchmark-script runs
+pytestmark = pytest.mark.slow
 
 
 def _load(name):

@@ -84,6 +84,7 @@ def train_in_two_processes(out: Path, logs: Path) -> list[str]:
     return [(logs / f"{i}.out").read_text() for i in range(2)]
 
 
+@pytest.mark.slow  # two processes compiling the run: over a minute of CPU
 def test_two_processes_train_one_run(tmp_path):
     """One test, so that the run trains once whichever worker takes it."""
     out = tmp_path / "run"

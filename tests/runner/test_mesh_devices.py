@@ -1,10 +1,11 @@
 """Learners on 4 (forced CPU) devices: the numbers of 4 virtual data shards, the learning
 statistics of one device, and run.py runs on a mesh, resumed on another. One subprocess
 (``mesh_equivalence_script.py``) computes everything: the device count is fixed when
-jax starts. The whole check compiles a dozen programs (minutes on a 2-core CPU), so it
-runs with the slow tests (``-m slow``); the default suite runs its quick form (IPPO on 4
-devices against one, run.py on 4 devices). Each is one test: xdist would run a module
-fixture on each worker."""
+jax starts. Both forms run with the slow tests (``-m slow``): the whole check compiles a
+dozen programs (minutes on a 2-core CPU), its quick form (IPPO on 4 devices against one,
+run.py on 4 devices) about a minute of CPU, and the default suite keeps one shard on one
+device (``test_mesh.py``). Each is one test: xdist would run a module fixture on each
+worker."""
 
 import json
 import os
@@ -141,6 +142,7 @@ def test_learners_on_four_cpu_devices(tmp_path):
     check_a_replay_buffer_run_refuses_another_device_count(result)
 
 
+@pytest.mark.slow
 def test_learners_on_four_cpu_devices_quick(tmp_path):
     result = run_script(tmp_path, quick=True)
     check_four_devices_learn_as_one_device_does(result, "ippo")

@@ -224,8 +224,17 @@ def test_extending_a_run_matches_a_fresh_run_bit_for_bit_under_the_products_flag
     flags = with_product_floats(os.environ.get("XLA_FLAGS", ""))
     name = "test_extending_a_finished_run_matches_a_fresh_run_of_the_longer_budget"
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "slow",
-         f"{__file__}::{name}"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "slow",
+            f"{__file__}::{name}",
+        ],
         env={**os.environ, "XLA_FLAGS": flags},
         capture_output=True,
         text=True,

@@ -177,9 +177,18 @@ def _scattered(states, seed: int):
     return states.replace(pos=jnp.asarray(pos), ball=jnp.asarray(ball))
 
 
-@pytest.mark.parametrize("size", [96, 224])
+COUNTER, FULL = "football:academy_counterattack_easy", "football:11_vs_11_easy_stochastic"
+
+
+# each scenario and each size in the suite; the other two pairs with the slow tests
 @pytest.mark.parametrize(
-    "scenario", ["football:academy_counterattack_easy", "football:11_vs_11_easy_stochastic"]
+    "scenario, size",
+    [
+        (COUNTER, 224),
+        (FULL, 96),
+        pytest.param(COUNTER, 96, marks=pytest.mark.slow),
+        pytest.param(FULL, 224, marks=pytest.mark.slow),
+    ],
 )
 def test_renderer_is_pixel_identical_to_the_frozen_reference(scenario, size):
     """The football CLIP was trained on the frozen renderer's frames: every pixel of 64

@@ -1,6 +1,7 @@
 """DPM: the scripted teacher's criteria, the reward net, feedback rounds, a run."""
 
 import csv
+import functools
 import json
 
 import jax
@@ -473,10 +474,15 @@ def _random_batch(aenv, steps, envs_, seeds, start=None):
     """A collect-shaped batch (leaves [seeds, steps, envs, ...]) of random play, from
     resets or from the env state ``start`` (e.g. units already in range); every field
     filled, as ``Learner.collect`` fills them."""
+    return _random_play_of_seeds(aenv, steps, envs_, seeds, start)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))  # traced once per shape
+def _random_play_of_seeds(aenv, steps, envs_, seeds, start):
     from jaxmarl_llm.learners.base import random_play
 
-    play = lambda key: random_play(aenv, key, envs_, steps, start)
-    return jax.jit(jax.vmap(play))(jax.random.split(jax.random.PRNGKey(3), seeds))
+    play = lambda key: random_play(aenv, key, envs_, steps, start)  # noqa: E731
+    return jax.vmap(play)(jax.random.split(jax.random.PRNGKey(3), seeds))
 
 
 # three rounds' capacity, though most tests refit once: the refit programs are then the

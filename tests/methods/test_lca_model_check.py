@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
 
 from jaxmarl_llm.config import build_config
@@ -30,6 +31,7 @@ def _run_dir(tmp_path, shaping):
     return run
 
 
+@pytest.mark.slow  # an experiment-script run: fits a potential model and plays 8 episodes
 def test_reports_accuracy_per_agent_and_stage(tmp_path):
     run = _run_dir(tmp_path, {"name": "lca", "kwargs": SMALL})
     assert main(["--run", str(run), "--episodes", "8", "--out", str(tmp_path / "out")]) == 0

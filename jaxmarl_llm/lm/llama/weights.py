@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from jaxmarl_llm.errors import RunError
+from jaxmarl_llm.lm.gguf_reader import read_gguf
 
 from ..gemma.weights import (
     _dequantize,
@@ -175,7 +176,7 @@ def _require_gguf():
 
 def open_gguf(path: str | os.PathLike):
     """``gguf.GGUFReader`` on ``path``, with errors that name the file and the fix."""
-    gguf = _require_gguf()
+    _require_gguf()
     path = pathlib.Path(path)
     if not path.is_file():
         raise LlamaWeightsError(
@@ -183,7 +184,7 @@ def open_gguf(path: str | os.PathLike):
             "or pass an existing GGUF path"
         )
     try:
-        return gguf.GGUFReader(str(path), "r")
+        return read_gguf(path)
     except Exception as e:  # noqa: BLE001 - re-raised with the fix
         raise LlamaWeightsError(
             f"llama weights file {path} is not a readable GGUF ({type(e).__name__}: {e}); "

@@ -754,10 +754,10 @@ def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
     )
     fb = DPMFeedback(aenv, cfg, model, 0, None)
     dense = jnp.arange(feats.size // feats.shape[-1] // n, dtype=jnp.float32)
-    ties = fb._evaluate(one, {"agent": ranked(jnp.full((c, n, n), 0.5))}, feats, dense)
+    ties = fb._programs._evaluate(one, {"agent": ranked(jnp.full((c, n, n), 0.5))}, feats, dense)
     assert np.isnan(ties["agent"])
     first_best = jnp.broadcast_to(jnp.triu(jnp.ones((n, n)), 1), (c, n, n))  # 1 > 2 > 3
-    strict = fb._evaluate(one, {"agent": ranked(first_best)}, feats, dense)
+    strict = fb._programs._evaluate(one, {"agent": ranked(first_best)}, feats, dense)
     assert 0.0 <= float(strict["agent"]) <= 1.0
 
 

@@ -26,6 +26,7 @@ health removed per step) over the round's transitions.
 
 from __future__ import annotations
 
+import collections
 import json
 import time
 from pathlib import Path
@@ -75,80 +76,23 @@ def _quiet_mean(raw: jax.Array, quiet: jax.Array, fallback: jax.Array) -> jax.Ar
     return jnp.where(count > 0, mean, fallback)
 
 
-class DPMFeedback:
-    """The ``Feedback`` (shaping/feedback.py) of the ``dpm`` shaper."""
+class _RoundPrograms:
+    """A round's pure functions (queries of the policy's play, agreement of the refit
+    ensemble with the labels) and their jitted, seed-vmapped programs. They read only the
+    env, the config and the reward model: the feedbacks of the same three (a resumed run's
+    and the run's before it, in one process) share one, traced and compiled once."""
 
-    def __init__(
-        self,
-        env: ArrayEnv,
-        cfg: DPMConfig,
-        model: prefs.RewardModel,
-        seed: int,
-        artifact_dir: Path | None,
-    ):
-        self.env, self.cfg, self.model, self.seed = env, cfg, model, seed
-        self.dir = None if artifact_dir is None else Path(artifact_dir)
-        self.every, self.rounds, self.collect_steps = cfg.every, cfg.rounds, cfg.collect_steps
-        self.every_episodes = cfg.feedback_every_episodes
+    def __init__(self, env: ArrayEnv, cfg: DPMConfig, model: prefs.RewardModel):
+        self.env, self.cfg, self.model = env, cfg, model
         self.k_traj, self.k_agent = cfg.trajectory_labels, cfg.agent_labels
         self.noise = TeacherNoise(mistake=cfg.mistake, equal_margin=TIE_MARGIN).validate()
-        self._new: dict[int, dict] = {}  # round -> its labelled queries, leaves [S, K, ...]
-        self._round_fn = jax.jit(jax.vmap(self._queries, in_axes=(0, 0, 0, None)))
+        self.round_fn = jax.jit(jax.vmap(self._queries, in_axes=(0, 0, 0, None)))
         fit_cfg = prefs.FitConfig(
             num_steps=cfg.fit_steps, batch_size=cfg.batch_size, learning_rate=cfg.lr
         )
-        self._fit_fn = jax.jit(jax.vmap(lambda p, d, k: prefs.fit(model, p, d, k, fit_cfg)))
-        self._eval_fn = jax.jit(jax.vmap(self._evaluate))
+        self.fit_fn = jax.jit(jax.vmap(lambda p, d, k: prefs.fit(model, p, d, k, fit_cfg)))
+        self.eval_fn = jax.jit(jax.vmap(self._evaluate))
 
-    def after_chunk(
-        self, updates_done: int, params: DPMParams, metrics: dict | None = None
-    ) -> DPMParams:
-        """``params`` with the intrinsic weight due after ``updates_done`` updates: 1
-        until the last round, then falling linearly to 0 over ``fade.updates``; with
-        ``fade.after_win`` each seed's fall starts once the chunk's ``metrics`` (leaves
-        ``[seeds, updates]``) show it winning that fraction of its training episodes."""
-        fade = self.cfg.fade
-        if fade is None:
-            return params  # no schedule: nothing to write into the train state
-        if fade.after_win <= 0:
-            return params.replace(weight=jnp.full_like(params.weight, self.weight(updates_done)))
-        if self.rounds == 0 or updates_done <= self.every * self.rounds:
-            return params
-        if metrics is None or "win_rate" not in metrics:
-            raise ValueError(
-                "fade.after_win needs the chunk's win_rate metric (an env that reports wins, "
-                "e.g. SMAX); set fade.after_win=0 to fade every seed from the last round"
-            )
-        wins = np.asarray(metrics["win_rate"], np.float64)  # [S, n]
-        weight = np.asarray(params.weight, np.float64)
-        rate = np.array([np.nanmean(w) if np.isfinite(w).any() else -1.0 for w in wins])
-        falling = (weight < 1.0) | (rate >= fade.after_win)
-        for s in np.flatnonzero(falling & (weight >= 1.0)):
-            self._record_fade_start(int(s), updates_done, float(rate[s]))
-        step = wins.shape[1] / fade.updates
-        weight = np.where(falling, np.maximum(0.0, weight - step), weight)
-        return params.replace(weight=jnp.asarray(weight, params.weight.dtype))
-
-    def _record_fade_start(self, seed_index: int, updates_done: int, win_rate: float) -> None:
-        """Append to ``<run>/dpm/fade_starts.json`` when a seed's fade begins."""
-        if self.dir is None:
-            return
-        path = self.dir / "fade_starts.json"
-        starts = json.loads(path.read_text()) if path.exists() else {}
-        starts[str(seed_index)] = {"update": updates_done, "chunk_win_rate": win_rate}
-        starts = dict(sorted(starts.items(), key=lambda kv: int(kv[0])))  # seed order
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(starts, indent=1))
-
-    def weight(self, updates_done: int) -> float:
-        if self.cfg.fade is None or self.rounds == 0:
-            return 1.0
-        since_last = updates_done - self.every * self.rounds
-        if since_last <= 0:
-            return 1.0
-        return max(0.0, 1.0 - since_last / self.cfg.fade.updates)
-
-    # ----- queries (pure; vmapped over seeds) -------------------------------------------
     def _queries(self, batch: TransitionBatch, params: DPMParams, key, threshold):
         env, cfg, model = self.env, self.cfg, self.model
         n = env.num_agents
@@ -262,6 +206,93 @@ class DPMFeedback:
         team = model.apply(params.model, feats, jnp.arange(n)).sum(-1).reshape(-1)
         out["pearson_dense"] = jnp.corrcoef(team, dense.reshape(-1))[0, 1]
         return out
+
+
+_PROGRAMS: collections.OrderedDict[tuple, _RoundPrograms] = collections.OrderedDict()
+_PROGRAMS_KEPT = 8  # configs whose programs stay compiled in one process
+
+
+def round_programs(env: ArrayEnv, cfg: DPMConfig, model: prefs.RewardModel) -> _RoundPrograms:
+    """The round programs of ``env``, ``cfg`` and ``model``, built once per process."""
+    key = (env, model, repr(cfg))
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = _RoundPrograms(env, cfg, model)
+        while len(_PROGRAMS) > _PROGRAMS_KEPT:
+            _PROGRAMS.popitem(last=False)
+    _PROGRAMS.move_to_end(key)
+    return _PROGRAMS[key]
+
+
+class DPMFeedback:
+    """The ``Feedback`` (shaping/feedback.py) of the ``dpm`` shaper."""
+
+    def __init__(
+        self,
+        env: ArrayEnv,
+        cfg: DPMConfig,
+        model: prefs.RewardModel,
+        seed: int,
+        artifact_dir: Path | None,
+    ):
+        self.env, self.cfg, self.model, self.seed = env, cfg, model, seed
+        self.dir = None if artifact_dir is None else Path(artifact_dir)
+        self.every, self.rounds, self.collect_steps = cfg.every, cfg.rounds, cfg.collect_steps
+        self.every_episodes = cfg.feedback_every_episodes
+        self.k_traj, self.k_agent = cfg.trajectory_labels, cfg.agent_labels
+        self.noise = TeacherNoise(mistake=cfg.mistake, equal_margin=TIE_MARGIN).validate()
+        self._new: dict[int, dict] = {}  # round -> its labelled queries, leaves [S, K, ...]
+        self._programs = round_programs(env, cfg, model)
+        self._round_fn = self._programs.round_fn
+        self._fit_fn = self._programs.fit_fn
+        self._eval_fn = self._programs.eval_fn
+
+    def after_chunk(
+        self, updates_done: int, params: DPMParams, metrics: dict | None = None
+    ) -> DPMParams:
+        """``params`` with the intrinsic weight due after ``updates_done`` updates: 1
+        until the last round, then falling linearly to 0 over ``fade.updates``; with
+        ``fade.after_win`` each seed's fall starts once the chunk's ``metrics`` (leaves
+        ``[seeds, updates]``) show it winning that fraction of its training episodes."""
+        fade = self.cfg.fade
+        if fade is None:
+            return params  # no schedule: nothing to write into the train state
+        if fade.after_win <= 0:
+            return params.replace(weight=jnp.full_like(params.weight, self.weight(updates_done)))
+        if self.rounds == 0 or updates_done <= self.every * self.rounds:
+            return params
+        if metrics is None or "win_rate" not in metrics:
+            raise ValueError(
+                "fade.after_win needs the chunk's win_rate metric (an env that reports wins, "
+                "e.g. SMAX); set fade.after_win=0 to fade every seed from the last round"
+            )
+        wins = np.asarray(metrics["win_rate"], np.float64)  # [S, n]
+        weight = np.asarray(params.weight, np.float64)
+        rate = np.array([np.nanmean(w) if np.isfinite(w).any() else -1.0 for w in wins])
+        falling = (weight < 1.0) | (rate >= fade.after_win)
+        for s in np.flatnonzero(falling & (weight >= 1.0)):
+            self._record_fade_start(int(s), updates_done, float(rate[s]))
+        step = wins.shape[1] / fade.updates
+        weight = np.where(falling, np.maximum(0.0, weight - step), weight)
+        return params.replace(weight=jnp.asarray(weight, params.weight.dtype))
+
+    def _record_fade_start(self, seed_index: int, updates_done: int, win_rate: float) -> None:
+        """Append to ``<run>/dpm/fade_starts.json`` when a seed's fade begins."""
+        if self.dir is None:
+            return
+        path = self.dir / "fade_starts.json"
+        starts = json.loads(path.read_text()) if path.exists() else {}
+        starts[str(seed_index)] = {"update": updates_done, "chunk_win_rate": win_rate}
+        starts = dict(sorted(starts.items(), key=lambda kv: int(kv[0])))  # seed order
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(starts, indent=1))
+
+    def weight(self, updates_done: int) -> float:
+        if self.cfg.fade is None or self.rounds == 0:
+            return 1.0
+        since_last = updates_done - self.every * self.rounds
+        if since_last <= 0:
+            return 1.0
+        return max(0.0, 1.0 - since_last / self.cfg.fade.updates)
 
     # ----- the round (host) ----------------------------------------------------------------
     def _path(self, index: int) -> Path | None:

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from scripts import load_script
 
 
@@ -10,6 +11,7 @@ def _script():
     return load_script("experiments/evaluate.py")
 
 
+@pytest.mark.slow  # an experiment-script run
 def test_evaluates_the_last_checkpoint_like_the_runs_own_evaluation(finished, capsys):
     run = finished("qmix")[1].run_dir
     # the run's last evaluation used 4 episodes and these keys; the script's own seed

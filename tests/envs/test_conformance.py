@@ -53,7 +53,15 @@ def test_static_conformance(name):
     check_env_static_conformance(name, **short_kwargs(name))
 
 
-@pytest.mark.parametrize("name", envs.names())
+# full checks that run with the slow tests: jaxmarl's Overcooked, whose layouts, soups and
+# episode timing tests/envs/test_overcooked.py checks in the suite
+SLOW_FULL_CHECKS = ("overcooked:cramped_room",)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_FULL_CHECKS else n for n in envs.names()],
+)
 def test_conformance(name, request):
     if name not in representatives() and not request.config.getoption("--all-envs"):
         pytest.skip("same implementation as a checked env; run with --all-envs")

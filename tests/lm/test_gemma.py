@@ -70,6 +70,7 @@ def test_greedy_matches_reference(be):
         assert out.completion_tokens == 16 and out.finish_reason == "length"
 
 
+@pytest.mark.slow  # batching and padding are also checked on tiny models (test_llama.py)
 def test_batch_equals_single_and_sanity(be):
     prompt = "Q: What is the capital of France?\nA:"
     single = be.generate([greedy(prompt, 12)])[0]

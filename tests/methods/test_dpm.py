@@ -281,6 +281,7 @@ def test_an_extended_run_holds_the_round_due_where_its_first_budget_ended(
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # four refits; the three-round run above refits in the suite
 def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
     aenv, _ = smax
     cfg = DPMConfig(**SMALL_ROUND)
@@ -328,8 +329,16 @@ def test_reward_model_encodes_the_state_once_per_step_with_the_same_rewards(smax
     assert float(jnp.abs(fast).max()) > 0
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
-@pytest.mark.parametrize("env_name", ["smax:3m", "mpe:simple_spread_3"])
+# SMAX op by op compiles a hundred one-op programs: that pair runs with the slow tests
+@pytest.mark.parametrize(
+    "env_name, jit",
+    [
+        ("smax:3m", True),
+        ("mpe:simple_spread_3", False),
+        ("mpe:simple_spread_3", True),
+        pytest.param("smax:3m", False, marks=pytest.mark.slow),
+    ],
+)
 def test_replay_items_hold_state_vectors_and_score_as_env_states_do(env_name, jit):
     # The reward reads the state vectors the learner computed when it collected the step;
     # the replay buffer keeps neither env states nor next observations (on 8m those were

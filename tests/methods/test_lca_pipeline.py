@@ -98,6 +98,7 @@ def test_prepare_learns_a_potential_that_rewards_progress_and_zero_for_noop(tmp_
     assert "loaded_from" not in other.report
 
 
+@pytest.mark.slow  # two potential models fitted: a statistical comparison
 def test_four_queries_at_70_percent_beat_one():
     env = _env(length=8)
     acc = {}

@@ -124,6 +124,7 @@ def online_run(tmp_path_factory):
         return run_experiment(_online_cfg(tmp_path_factory.mktemp("lca_online") / "run"))
 
 
+@pytest.mark.slow  # a second LCA run, with online rounds
 def test_online_rounds_refit_each_seed_on_its_own_rollouts(online_run):
     result = online_run
     run = result.run_dir

@@ -42,7 +42,10 @@ def _state():
     )
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+# op by op the bonus compiles a hundred one-op programs: the eager form runs with the slow tests
+@pytest.mark.parametrize(
+    "jit", [pytest.param(False, marks=pytest.mark.slow), True], ids=["eager", "jit"]
+)
 def test_the_bonus_rewards_actions_that_carry_out_the_plan(jit):
     aenv = envs.make_array_env(ENV)
     tasks, plan = _reference_plan(aenv)

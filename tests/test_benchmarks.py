@@ -151,3 +151,11 @@ def test_scaling_refuses_more_accelerators_than_the_host_has():
         scaling.check_counts("gpu", 4, [1, 8, 16])
     flags = scaling.child_env(4)["XLA_FLAGS"].split()
     assert flags.count("--xla_force_host_platform_device_count=4") == 1
+
+
+@pytest.mark.slow  # a benchmark-script run
+def test_top_p_sampling_compares_bisection_with_the_sort(capfd):
+    out = _load("top_p_sampling").main(["--vocab", "1000", "--batch", "3", "--json"])
+    assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == out
+    assert out["same_tokens_kept"] and out["bisection_ms"] > 0 and out["sort_ms"] > 0
+    assert len(out["kept_per_row"]) == 3 and all(1 <= k < 1000 for k in out["kept_per_row"])

@@ -3,8 +3,8 @@ scoring, stop strings, compile counts and error messages.
 
 ``tests/lm/data/gemma_reference.json`` comes from ``benchmarks/gemma_reference.py``
 (transformers' GGUF loader + the PyTorch Gemma 3 model, float32); these tests need no
-torch. The model is loaded once per module (~10 s with the dequantized-weights cache; the
-first run on a machine dequantizes the GGUF, ~1 min).
+torch. The model is loaded once per module (~5 s with the dequantized-weights cache; the
+first run on a machine dequantizes the GGUF, ~15 s).
 """
 
 from __future__ import annotations

@@ -507,7 +507,10 @@ def _round_inputs(aenv, cfg, seeds=2, start=None):
     return model, params, _random_batch(aenv, steps=8, envs_=4, seeds=seeds, start=start)
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+# the eager refit compiles a few hundred one-op programs: that form runs with the slow tests
+@pytest.mark.parametrize(
+    "jit", [pytest.param(False, marks=pytest.mark.slow), True], ids=["eager", "jit"]
+)
 def test_pessimism_takes_the_members_std_off_their_mean_and_the_refit_centres_that(
     tmp_path, smax, jit
 ):

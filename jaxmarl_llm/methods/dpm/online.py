@@ -79,8 +79,9 @@ def _quiet_mean(raw: jax.Array, quiet: jax.Array, fallback: jax.Array) -> jax.Ar
 class _RoundPrograms:
     """A round's pure functions (queries of the policy's play, agreement of the refit
     ensemble with the labels) and their jitted, seed-vmapped programs. They read only the
-    env, the config and the reward model: the feedbacks of the same three (a resumed run's
-    and the run's before it, in one process) share one, traced and compiled once."""
+    env, the config and the reward model: the feedbacks built on the same env object with
+    an equal config and model (a script's or a test's several feedbacks) share one, traced
+    and compiled once."""
 
     def __init__(self, env: ArrayEnv, cfg: DPMConfig, model: prefs.RewardModel):
         self.env, self.cfg, self.model = env, cfg, model

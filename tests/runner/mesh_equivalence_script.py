@@ -6,7 +6,7 @@ Run with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``; ``argv[1]`` is 
 folder, ``argv[2]`` (optional) a persistent compilation cache: the run.py runs on 4
 devices compile what the comparisons compiled (the same config and chunk length).
 ``JAXMARL_MESH_QUICK=1``: only IPPO's 4 devices against one device, over fewer updates,
-and run.py's 4-device IPPO run (what the default test suite checks).
+and run.py's 4-device IPPO run (the quick check, `test_mesh_devices.py`).
 """
 
 from __future__ import annotations

@@ -240,12 +240,8 @@ class DPMFeedback:
         self.every, self.rounds, self.collect_steps = cfg.every, cfg.rounds, cfg.collect_steps
         self.every_episodes = cfg.feedback_every_episodes
         self.k_traj, self.k_agent = cfg.trajectory_labels, cfg.agent_labels
-        self.noise = TeacherNoise(mistake=cfg.mistake, equal_margin=TIE_MARGIN).validate()
         self._new: dict[int, dict] = {}  # round -> its labelled queries, leaves [S, K, ...]
         self._programs = round_programs(env, cfg, model)
-        self._round_fn = self._programs.round_fn
-        self._fit_fn = self._programs.fit_fn
-        self._eval_fn = self._programs.eval_fn
 
     def after_chunk(
         self, updates_done: int, params: DPMParams, metrics: dict | None = None
@@ -454,17 +450,17 @@ class DPMFeedback:
             round_index, cfg.threshold_start, cfg.threshold_end, max(cfg.rounds - 1, 1)
         )
         t0 = time.perf_counter()
-        q = self._round_fn(batch, params, jax.random.split(k_query, seeds), threshold)
+        q = self._programs.round_fn(batch, params, jax.random.split(k_query, seeds), threshold)
         new = {k: q[k] for k in ("trajectory", "agent") if k in q}
         text_report = None
         if cfg.labeler == "backend":
             new, text_report = self._text_labels(batch, q, new)
-        heldout = self._eval_fn(params, new, q["features"], q["dense"])
+        heldout = self._programs.eval_fn(params, new, q["features"], q["dense"])
         data = self._datasets([*self._rounds_before(round_index, new), new])
         query_s = time.perf_counter() - t0
 
         t1 = time.perf_counter()
-        model_params, losses = self._fit_fn(
+        model_params, losses = self._programs.fit_fn(
             params.model, tuple(data[k] for k in sorted(data)), jax.random.split(k_fit, seeds)
         )
         one, zero = jnp.ones((seeds,), jnp.float32), jnp.zeros((seeds,), jnp.float32)
@@ -489,8 +485,8 @@ class DPMFeedback:
         # the intrinsic reward's mean per agent-step over the round: where its zero sits
         # (centring on quiet steps leaves fights paying or costing on average)
         reward_mean = (flat.mean(-1) - fitted.shift) * fitted.scale * fitted.weight
-        after = self._eval_fn(fitted, new, q["features"], q["dense"])
-        held_out = self._eval_fn(fitted, q["eval"], q["features"], q["dense"])
+        after = self._programs.eval_fn(fitted, new, q["features"], q["dense"])
+        held_out = self._programs.eval_fn(fitted, q["eval"], q["features"], q["dense"])
         jax.block_until_ready(fitted)
         fit_s = time.perf_counter() - t1
 

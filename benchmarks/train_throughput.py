@@ -46,6 +46,11 @@ def main(argv=None) -> dict:
         help="split the envs over this many devices (data shards, as mesh.devices=N does); "
         "on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N host devices",
     )
+    p.add_argument(
+        "--mesh-exact",
+        action="store_true",
+        help="with --mesh-devices: shards compute what one device computes (mesh.exact)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("overrides", nargs="*", help="extra config overrides, key=value")
     args = p.parse_args(argv)
@@ -76,7 +81,10 @@ def main(argv=None) -> dict:
             compiled = jax.jit(jax.vmap(learner.train)).lower(keys).compile()
         else:  # the runner's mesh: init, then every update in one chunk, on the devices
             mesh = make_run_mesh(
-                OmegaConf.create({"devices": args.mesh_devices, "seeds": 1}), args.seeds
+                OmegaConf.create(
+                    {"devices": args.mesh_devices, "seeds": 1, "exact": args.mesh_exact}
+                ),
+                args.seeds,
             )
             part = make_learner(cfg.algo, env, shaper, mesh.shards)
             sharded = ShardedLearner(learner, part, mesh)
@@ -112,6 +120,8 @@ def main(argv=None) -> dict:
         "run_s": best,
         "final_return": float(np.nanmean(ret)) if not np.all(np.isnan(ret)) else None,
         "device": str(jax.devices()[0]),
+        "mesh_devices": args.mesh_devices,
+        "mesh_exact": args.mesh_exact,
         "jax": jax.__version__,
     }
     if base_s is not None:

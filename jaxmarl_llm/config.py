@@ -71,6 +71,9 @@ class MeshConfig:
 
     devices: Any = "all"  # "all" visible devices (of every process), or the first N
     seeds: int = 1  # devices along the seeds axis (splitting num_seeds); the rest split envs
+    # data shards compute what one device computes (global env keys and minibatches, each
+    # rollout gathered on every device); false: each shards its own envs' keys and shuffles
+    exact: bool = False
 
 
 @dataclass

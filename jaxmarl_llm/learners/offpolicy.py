@@ -160,7 +160,9 @@ class OffPolicyLearner(LearnerParts, ABC):
         """With ``shards``, the program of one data shard: ``num_envs`` of its own, a
         buffer of ``buffer_size / shards`` items it alone fills, and gradient steps on
         ``batch_size / shards`` items it samples from it, the gradient averaged over
-        shards (a sampled batch is the union of equal parts of every shard's buffer)."""
+        shards (a sampled batch is the union of equal parts of every shard's buffer).
+        Exact shards instead each hold the whole buffer, add every shard's items to it,
+        sample the batch one device samples and learn on their equal part of it."""
         self.cfg, self.env, self.shaper, self.shards = cfg, env, shaper, shards
         self.num_envs = shards.local(int(cfg.num_envs), "num_envs")
         self.total_envs = int(cfg.num_envs)  # every shard's
@@ -173,8 +175,15 @@ class OffPolicyLearner(LearnerParts, ABC):
             f for f in OPTIONAL_FIELDS if f in self.always_stored or f in shaper.fields
         )
         batch_size = shards.local(int(cfg.batch_size), "batch_size")
+        if shards.is_exact:  # every shard holds the whole buffer and samples whole batches
+            if not self.sequence_items:
+                raise ConfigError("mesh.exact needs a learner whose buffer items are sequences")
+            batch_size, buffer_size = int(cfg.batch_size), int(cfg.buffer_size)
+            self.shard_local_state = False
+        else:
+            buffer_size = shards.local(int(cfg.buffer_size), "buffer_size")
         self.buffer = fbx.make_item_buffer(
-            max_length=shards.local(int(cfg.buffer_size), "buffer_size"),
+            max_length=buffer_size,
             min_length=batch_size,
             sample_batch_size=batch_size,
             add_sequences=False,
@@ -299,7 +308,9 @@ class OffPolicyLearner(LearnerParts, ABC):
         actions, carry = self.behaviour(state, self.shards.key(r_act), explore)
         world_state = jax.vmap(env.world_state)(state.env_state, state.obs)
         r_env = self.shards.key(r_env)
-        res = jax.vmap(env.step)(jax.random.split(r_env, self.num_envs), state.env_state, actions)
+        res = jax.vmap(env.step)(
+            self.shards.env_keys(r_env, self.num_envs), state.env_state, actions
+        )
         item = Transition(
             obs=state.obs,
             actions=actions,
@@ -356,7 +367,7 @@ class OffPolicyLearner(LearnerParts, ABC):
         rng, r_params, r_env = jax.random.split(rng, 3)
         params = self.init_params(r_params)
         r_env = self.shards.key(r_env)
-        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(r_env, self.num_envs))
+        obs, env_state = jax.vmap(self.env.reset)(self.shards.env_keys(r_env, self.num_envs))
         return self.state_cls(
             params=params,
             target_params=params,
@@ -377,7 +388,10 @@ class OffPolicyLearner(LearnerParts, ABC):
         state, (steps, done, info) = jax.lax.scan(
             self._rollout_step, state, jnp.arange(self.num_steps)
         )
-        buffer_state = self.buffer.add(state.buffer, self.rollout_items(start, steps))
+        items = self.rollout_items(start, steps)
+        if self.shards.is_exact:  # all shards' envs' items, in the one-device order
+            items = jax.tree.map(lambda x: self.shards.gather(x, 0), items)
+        buffer_state = self.buffer.add(state.buffer, items)
         env_steps = state.env_steps + self.env_steps_per_update
         rng, r_learn = jax.random.split(state.rng)
         can_learn = self.buffer.can_sample(buffer_state) & (env_steps >= self.cfg.learning_starts)

@@ -168,6 +168,23 @@ def split_units(batch: Batch, parts: int, sequences: bool) -> Batch:
     return jax.tree.map(flat, batch)
 
 
+def map_units(batch: Batch, fn, sequences: bool, stacked: bool) -> Batch:
+    """``fn(leaf, axis)`` on every leaf of ``batch`` along its unit axis: the env axis
+    with ``sequences`` (axis 1 of ``[T, E, ...]``, axis 0 of the carries; also the layout
+    of any batch before ``minibatches``), else cells (axis 0 of ``[U, ...]``); one axis
+    further where minibatches are ``stacked`` along a new axis 0."""
+    lead = int(stacked)
+    if not sequences:
+        return jax.tree.map(lambda x: fn(x, lead), batch)
+    on_envs = lambda x: fn(x, lead + 1)
+    return Batch(
+        rollout=jax.tree.map(on_envs, batch.rollout),
+        advantages=on_envs(batch.advantages),
+        targets=on_envs(batch.targets),
+        carries=jax.tree.map(lambda x: fn(x, lead), batch.carries),
+    )
+
+
 def minibatches(rng: jax.Array, batch: Batch, parts: int, sequences: bool) -> Batch:
     """A time-major ``batch`` shuffled by a Feistel permutation of its units (env
     sequences, or ``(t, e)`` cells) and split into ``parts`` minibatches along a new
@@ -260,7 +277,8 @@ class PPO(LearnerParts):
         self.num_envs = shards.local(int(cfg.num_envs), "num_envs")
         self.num_steps = int(cfg.num_steps)
         self.env_steps_per_update = self.num_steps * int(cfg.num_envs)
-        # each shard shuffles its own units into num_minibatches minibatches
+        # each shard shuffles its own units into num_minibatches minibatches, or (exact)
+        # holds its equal part of each minibatch of all shards' units: the same count
         self.batch_units = self.num_envs * (1 if recurrent else self.num_steps)
         if self.batch_units % cfg.num_minibatches:
             what = "envs" if recurrent else "env steps"
@@ -412,7 +430,7 @@ class PPO(LearnerParts):
         rng, r_params, r_env = jax.random.split(rng, 3)
         params = self.init_params(r_params)
         E, n = self.num_envs, self.env.num_agents
-        obs, env_state = jax.vmap(self.env.reset)(jax.random.split(self.shards.key(r_env), E))
+        obs, env_state = jax.vmap(self.env.reset)(self.shards.env_keys(self.shards.key(r_env), E))
         return PPOState(
             params=params,
             opt_state=self.init_opt_state(params),
@@ -435,8 +453,10 @@ class PPO(LearnerParts):
         (ac, cc), logits, value = self.forward_state(s.params, s)
         r_act, r_env = self.shards.key(r_act), self.shards.key(r_env)
         pi = distrax.Categorical(logits=logits)
-        action, log_prob = pi.sample_and_log_prob(seed=r_act)
-        res = jax.vmap(self.env.step)(jax.random.split(r_env, self.num_envs), s.env_state, action)
+        action, log_prob = self.shards.sample_and_log_prob(r_act, pi)
+        res = jax.vmap(self.env.step)(
+            self.shards.env_keys(r_env, self.num_envs), s.env_state, action
+        )
         step = Rollout(
             obs=s.obs,
             world_state=s.world_state,
@@ -613,9 +633,13 @@ class PPO(LearnerParts):
         s, rng, traj, done, info = self.rollout(s)
         reward_stats, adv, targets = self.advantages(s, traj)
         batch = Batch(rollout=traj, advantages=adv, targets=targets, carries=carries0)
+        if self.shards.is_exact:  # every shard holds all envs; minibatches split over shards
+            batch = map_units(batch, self.shards.gather, sequences=True, stacked=False)
 
         def run_epoch(carry, r):
             mbs = minibatches(self.shards.key(r), batch, cfg.num_minibatches, self.recurrent)
+            if self.shards.is_exact:
+                mbs = map_units(mbs, self.shards.local_part, self.recurrent, stacked=True)
             return jax.lax.scan(self.sgd_step, carry, mbs)
 
         rng, r_epochs = jax.random.split(rng)

@@ -99,9 +99,14 @@ def sequence_targets(
     return targets, valid
 
 
-def masked_td_loss(q: jax.Array, targets: jax.Array, valid: jax.Array) -> jax.Array:
-    """Mean squared TD error over valid entries (targets are not differentiated); 0 if none."""
+def masked_td_loss(
+    q: jax.Array, targets: jax.Array, valid: jax.Array, count: jax.Array | None = None
+) -> jax.Array:
+    """Mean squared TD error over valid entries (targets are not differentiated); 0 if
+    none. ``count`` replaces the number of valid entries as the divisor (a batch split
+    over devices divides each part's sum by the whole batch's count)."""
     chex.assert_equal_shape([q, targets, valid])
     m = valid.astype(q.dtype)
     err = q - jax.lax.stop_gradient(targets)
-    return (m * err**2).sum() / jnp.maximum(m.sum(), 1.0)
+    count = m.sum() if count is None else count
+    return (m * err**2).sum() / jnp.maximum(count, 1.0)

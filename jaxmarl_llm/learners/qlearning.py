@@ -259,8 +259,9 @@ class QLearning(OffPolicyLearner):
         q = q[0]
         greedy = masked_argmax(q, avail)
         r_explore, r_random = jax.random.split(rng)
-        random = jax.random.categorical(r_random, jnp.where(avail, 0.0, -jnp.inf)).astype(jnp.int32)
-        explore = jax.random.uniform(r_explore, greedy.shape) < epsilon
+        random = self.shards.categorical(r_random, jnp.where(avail, 0.0, -jnp.inf))
+        explore = self.shards.uniform(r_explore, greedy.shape) < epsilon
+        random = random.astype(jnp.int32)
         return hidden, jnp.where(explore, random, greedy), q
 
     def exploration(self, env_steps):
@@ -311,6 +312,12 @@ class QLearning(OffPolicyLearner):
     # ----- learning ------------------------------------------------------------------
     def loss(self, params, target_params, items: Transition, shaper_params):
         """Masked TD loss on items ``[B, T, ...]``; returns (loss, q_mean)."""
+        return self.td_loss(params, target_params, items, self.team_rewards(shaper_params, items))
+
+    def td_loss(self, params, target_params, items: Transition, rewards: jax.Array):
+        """``loss`` with the items' shaped team rewards ``[B, T]`` given. On exact data
+        shards ``items`` are this shard's part of the sampled batch, and the loss and
+        ``q_mean`` are its part of the batch's (a sum over shards gives them)."""
         tm = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), items)  # time-major [T, B, ...]
         B = items.done.shape[0]
         if self.stored_hidden:  # already zero where the item starts an episode
@@ -334,20 +341,27 @@ class QLearning(OffPolicyLearner):
         next_v = self.mixer.apply(
             target_params["mixer"], next_agent, tm.world_state[1:], next_agent, next_actions
         )
-        rewards = self.team_rewards(shaper_params, items).swapaxes(0, 1)
-        targets, valid = sequence_targets(rewards, tm.done, next_v, self.gamma, self.td_lambda)
+        targets, valid = sequence_targets(
+            rewards.swapaxes(0, 1), tm.done, next_v, self.gamma, self.td_lambda
+        )
         chex.assert_equal_shape([q_tot, targets, valid])
-        loss = masked_td_loss(q_tot, targets, valid)
         m = valid.astype(jnp.float32)
-        q_mean = (m * jax.lax.stop_gradient(q_tot)).sum() / jnp.maximum(m.sum(), 1.0)
+        count = self.shards.sum(m.sum()) if self.shards.is_exact else m.sum()
+        loss = masked_td_loss(q_tot, targets, valid, count)
+        q_mean = (m * jax.lax.stop_gradient(q_tot)).sum() / jnp.maximum(count, 1.0)
         return loss, q_mean
 
     def grad_step(self, nets: Nets, buffer_state, shaper_params, key) -> tuple[Nets, dict]:
         items = self.sample_items(buffer_state, key)
-        (loss, q_mean), grads = jax.value_and_grad(self.loss, has_aux=True)(
-            nets.params, nets.target_params, items, shaper_params
+        # a shaper may read the whole batch (DPM centres on it): rewards before the split
+        rewards = self.team_rewards(shaper_params, items)
+        if self.shards.is_exact:  # every shard sampled the same batch; each learns on its part
+            items, rewards = jax.tree.map(lambda x: self.shards.local_part(x, 0), (items, rewards))
+        (loss, q_mean), grads = jax.value_and_grad(self.td_loss, has_aux=True)(
+            nets.params, nets.target_params, items, rewards
         )
-        loss, q_mean, grads = self.shards.mean((loss, q_mean, grads))
+        combine = self.shards.sum if self.shards.is_exact else self.shards.mean
+        loss, q_mean, grads = combine((loss, q_mean, grads))
         updates, opt_state = self.tx.update(grads, nets.opt_state, nets.params)
         params = optax.apply_updates(nets.params, updates)
         grad_norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grads)))

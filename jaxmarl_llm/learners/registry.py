@@ -41,6 +41,8 @@ class AlgoSpec:
     # ``make_learner`` takes ``shards`` (``learners.shards.DataShards``): the learner can
     # split its envs over a mesh's data axis
     data_parallel: bool = False
+    # its data shards can compute what one device computes (``mesh.exact``)
+    exact_shards: bool = False
 
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
@@ -57,15 +59,15 @@ ALGORITHMS: dict[str, AlgoSpec] = {
     spec.name: dataclasses.replace(spec, data_parallel=not spec.host_loop)
     for spec in (
         AlgoSpec("ippo", _PPO, "PPOConfig", "PPO per agent, critic on the agent's own "
-                 "observation", budget_annealed_lr=("anneal_lr",)),
+                 "observation", budget_annealed_lr=("anneal_lr",), exact_shards=True),
         AlgoSpec("mappo", _PPO, "PPOConfig", "PPO per agent, critic on the world state",
-                 budget_annealed_lr=("anneal_lr",)),
+                 budget_annealed_lr=("anneal_lr",), exact_shards=True),
         AlgoSpec("qmix", _Q, "QLearningConfig", "GRU Q-agents, monotonic mixing "
-                 "hypernetwork", budget_annealed_lr=("lr_linear_decay",)),
+                 "hypernetwork", budget_annealed_lr=("lr_linear_decay",), exact_shards=True),
         AlgoSpec("vdn", _Q, "QLearningConfig", "GRU Q-agents, summed team value",
-                 budget_annealed_lr=("lr_linear_decay",)),
+                 budget_annealed_lr=("lr_linear_decay",), exact_shards=True),
         AlgoSpec("qplex", _Q, "QLearningConfig", "GRU Q-agents, duplex dueling mixer",
-                 budget_annealed_lr=("lr_linear_decay",)),
+                 budget_annealed_lr=("lr_linear_decay",), exact_shards=True),
         AlgoSpec("maddpg", "jaxmarl_llm.learners.maddpg", "MADDPGConfig",
                  "Gumbel-softmax actors, centralized critics"),
         AlgoSpec("verco", _VERCO, "VercoConfig", "LM policy, LoRA actor trained by PPO on "
@@ -122,6 +124,12 @@ def make_learner(cfg, env, shaper, shards: DataShards = SINGLE):
         raise ConfigError(
             f"algo {spec.name!r} cannot split its envs over {shards.count} devices; set "
             "mesh.devices=1, or mesh.seeds to the device count (seeds split over devices)"
+        )
+    if shards.is_exact and not spec.exact_shards:
+        exact = ", ".join(name for name, s in ALGORITHMS.items() if s.exact_shards)
+        raise ConfigError(
+            f"bad value for config key 'mesh.exact': true, but algo {spec.name!r} splits its "
+            f"envs over devices only stratified (mesh.exact=false); exact shards: {exact}"
         )
     return spec.load().make_learner(cfg, env, shaper, shards)
 

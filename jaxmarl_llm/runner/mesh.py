@@ -48,6 +48,7 @@ class RunMesh:
     seeds: int
     data: int
     mesh: Mesh | None = None
+    exact: bool = False  # data shards compute what one device computes (``DataShards``)
 
     @property
     def virtual(self) -> bool:
@@ -55,11 +56,13 @@ class RunMesh:
 
     @property
     def shards(self) -> DataShards:
-        return DataShards(self.data)
+        return DataShards(self.data, self.exact)
 
     def describe(self) -> dict:
         """What the run summary records."""
         out = {"devices": self.seeds * self.data, "seeds_axis": self.seeds, "data_axis": self.data}
+        if self.data > 1:
+            out["exact_shards"] = self.exact
         if self.mesh is None:
             out["virtual"] = True
             return out
@@ -107,7 +110,12 @@ def make_run_mesh(mesh_cfg: DictConfig, num_seeds: int) -> RunMesh:
             f"bad value for config key 'mesh.seeds': {seeds} does not divide num_seeds={num_seeds}"
         )
     grid = np.asarray(devices[:n], dtype=object).reshape(seeds, n // seeds)
-    return RunMesh(seeds=seeds, data=n // seeds, mesh=Mesh(grid, (SEEDS_AXIS, DATA_AXIS)))
+    return RunMesh(
+        seeds=seeds,
+        data=n // seeds,
+        mesh=Mesh(grid, (SEEDS_AXIS, DATA_AXIS)),
+        exact=bool(mesh_cfg.get("exact", False)),
+    )
 
 
 def split_axes(whole: Any, part: Any, shards: int) -> Any:

@@ -167,3 +167,53 @@ class ShardedStatisticsTest(chex.TestCase):
         )
         for name, value in single.items():
             np.testing.assert_allclose(out[name], np.full(count, value), rtol=1e-5, err_msg=name)
+
+
+class ExactDrawsTest(chex.TestCase):
+    """Exact shards: each shard's draws are its rows of what one device draws for all
+    shards' rows with the same key; stratified shards draw other values."""
+
+    def draws(self, shards, key, logits):
+        """``(env keys, uniforms, categorical, distrax sample, log_prob)`` of one shard's
+        rows (``logits``: that shard's ``[E, N, A]``)."""
+        import distrax
+
+        r_env, r_uni, r_cat, r_pi = jax.random.split(shards.key(key), 4)
+        pi = distrax.Categorical(logits=logits)
+        action, log_prob = shards.sample_and_log_prob(r_pi, pi)
+        return (
+            shards.env_keys(r_env, logits.shape[0]),
+            shards.uniform(r_uni, logits.shape[:-1]),
+            shards.categorical(r_cat, logits),
+            action,
+            log_prob,
+        )
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_exact_shards_draw_their_rows_of_the_one_device_draw(self):
+        count, E, N, A = 3, 3, 2, 5
+        key = jax.random.PRNGKey(11)
+        logits = jax.random.normal(jax.random.PRNGKey(1), (count * E, N, A))
+        single = self.variant(lambda k, lg: self.draws(SINGLE, k, lg))(key, logits)
+        parts = logits.reshape(count, E, N, A)
+        for exact in (True, False):
+            shards = DataShards(count, exact=exact)
+            out = self.variant(
+                jax.vmap(lambda lg, s=shards: self.draws(s, key, lg), axis_name=DATA_AXIS)
+            )(parts)
+            joined = [np.asarray(x).reshape(count * E, *x.shape[2:]) for x in out]
+            same = [np.array_equal(a, np.asarray(b)) for a, b in zip(joined, single, strict=True)]
+            if exact:
+                assert all(same), same
+            else:  # each shard's own key: nothing matches the one-device draw
+                assert not any(same), same
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_gather_and_local_part_invert_each_other(self):
+        count, x = 3, per_shard(3, size=12).reshape(3, 4, 3)
+        shards = DataShards(count, exact=True)
+        gathered, back = self.variant(
+            on_shards(lambda v: (shards.gather(v, 1), shards.local_part(shards.gather(v, 1), 1)))
+        )(x)
+        np.testing.assert_array_equal(gathered, np.tile(np.concatenate(list(x), 1), (3, 1, 1)))
+        np.testing.assert_array_equal(back, x)

@@ -87,8 +87,11 @@ def test_one_device_mesh():
         "devices": 6,
         "seeds_axis": 2,
         "data_axis": 3,
+        "exact_shards": False,
         "virtual": True,
     }
+    assert RunMesh(1, 2, exact=True).describe()["exact_shards"] is True
+    assert "exact_shards" not in RunMesh(2, 1).describe()  # no data split: nothing to say
 
 
 def shapes(*shapes_):
@@ -240,6 +243,67 @@ def test_one_shard_is_the_unsharded_learner(algo):
     assert set(metrics) == set(mesh_metrics)
     assert_trees_equal(metrics, mesh_metrics)
     assert np.isfinite(metrics["episode_return"][:, -1]).all()
+
+
+def assert_trees_close(a, b, rtol=2e-3):
+    """Every float leaf within ``rtol`` of the leaf's largest value (float summation order
+    differs); every other leaf equal."""
+    for (path, x), y in zip(
+        jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b), strict=True
+    ):
+        x, y, name = np.asarray(x), np.asarray(y), jax.tree_util.keystr(path)
+        if x.dtype.kind == "f":
+            scale = np.nanmax(np.abs(x), initial=0.0) + 1e-6
+            np.testing.assert_allclose(x, y, rtol=0, atol=rtol * scale, err_msg=name)
+        else:
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+EXACT_CASES = {
+    "ippo": ("ippo",),
+    "mappo_recurrent": ("mappo", "algo.recurrent=true", "algo.gru_hidden_dim=16"),
+    "qmix": ("qmix",),
+}
+
+
+@pytest.mark.parametrize(
+    "case", [c if c == "ippo" else pytest.param(c, marks=SLOW) for c in EXACT_CASES]
+)
+def test_exact_shards_compute_the_one_device_learner(case):
+    """``mesh.exact``: two virtual data shards end a chunk of updates in the state, and
+    with the metrics, of the one-device learner, to float summation order: the same env
+    keys, actions, minibatches (replay samples) and gradients."""
+    algo, *extra = EXACT_CASES[case]
+    cfg, whole, _ = build(algo, 1, *extra)
+    env = make_env(cfg)
+    shaper, whole = make_shaper_and_learner(cfg, env, Path("unused"))
+    part = make_learner(cfg.algo, env, shaper, RunMesh(1, 2, exact=True).shards)
+    keys = seed_keys(cfg)
+    state = jax.jit(jax.vmap(whole.init))(keys)
+    state, metrics = jax.jit(jax.vmap(lambda s: run_chunk(whole, s, CHUNK)))(state)
+
+    sharded = ShardedLearner(whole, part, RunMesh(1, 2, exact=True), check_replicas=True)
+    mesh_state = sharded.init()(sharded.place_keys(keys))
+    mesh_state, mesh_metrics = sharded.chunk(CHUNK)(mesh_state)
+    assert replica_problems(mesh_state, sharded.axes) == []
+    assert_trees_close(state, mesh_state)
+    assert set(metrics) == set(mesh_metrics)
+    for name in metrics:
+        np.testing.assert_allclose(
+            metrics[name], mesh_metrics[name], rtol=2e-3, atol=1e-5, err_msg=name
+        )
+    # trained: the parameters moved from their initial values
+    init_params = jax.tree.leaves(jax.jit(jax.vmap(whole.init))(keys).params)
+    params = jax.tree.leaves(state.params)
+    assert any(not np.allclose(a, b) for a, b in zip(params, init_params, strict=True))
+
+
+def test_exact_shards_are_refused_where_a_learner_has_none():
+    cfg, _, _ = build("maddpg", 1)
+    env = make_env(cfg)
+    shaper, _ = make_shaper_and_learner(cfg, env, Path("unused"))
+    with pytest.raises(ConfigError, match=r"'mesh\.exact'.*'maddpg'.*ippo, mappo, qmix"):
+        make_learner(cfg.algo, env, shaper, RunMesh(1, 2, exact=True).shards)
 
 
 def replica_problems(state, axes) -> list[str]:

@@ -5,14 +5,15 @@ computed something keeps the flags it started with).
 ``xla_cpu_experimental_ynn_fusion_type`` empty: no YNNPACK fusions. By default XLA:CPU
 (jax 0.10) compiles dots with their elementwise neighbours into YNNPACK fusions; the
 recurrent learners' small per-step GEMMs and the SMAX env step ran slower in them than
-in XLA's own loops with Eigen's GEMMs, even on one thread (`benchmarks/RESULTS.md`,
-"XLA:CPU settings"). Float results change in the last bits, as with any GEMM library.
+in XLA's own loops with Eigen's GEMMs, even on one thread (MAPPO-RNN on SMAX 3m, 2-core
+CPU: 2,680 -> 3,167 env steps/s on one thread). Float results change in the last bits, as
+with any GEMM library.
 
 ``xla_cpu_multi_thread_eigen=false`` where ``XLA_FLAGS`` splits the CPU into several host
 devices (``xla_force_host_platform_device_count``): the devices are then the parallelism,
 and a thread pool shared by all of them only oversubscribes the cores (MAPPO-RNN on two
 host devices of a 2-core CPU: 4,169 env steps/s with one thread per device, 3,430 with
-the shared pool).
+the shared pool; QMIX-RNN within run-to-run noise).
 
 A flag the user's own ``XLA_FLAGS`` sets is left as they set it; ``JAXMARL_LLM_XLA_DEFAULTS=0``
 adds none of these.

@@ -179,7 +179,6 @@ class OffPolicyLearner(LearnerParts, ABC):
             if not self.sequence_items:
                 raise ConfigError("mesh.exact needs a learner whose buffer items are sequences")
             batch_size, buffer_size = int(cfg.batch_size), int(cfg.buffer_size)
-            self.shard_local_state = False
         else:
             buffer_size = shards.local(int(cfg.buffer_size), "buffer_size")
         self.buffer = fbx.make_item_buffer(

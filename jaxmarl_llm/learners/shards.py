@@ -99,23 +99,26 @@ class DataShards:
         """``jax.random.uniform(key, shape)`` for this shard's rows (axis 0)."""
         return self._draw(jax.random.uniform, key, shape)
 
+    def _gumbel_max(self, key: jax.Array, logits: jax.Array, axis: int) -> jax.Array:
+        """``jax.random.categorical``'s draw (Gumbel noise, argmax over the last axis),
+        ``logits.shape[axis]`` this shard's rows."""
+        gumbel = lambda k, shape: jax.random.gumbel(k, shape, logits.dtype)
+        return jnp.argmax(self._draw(gumbel, key, logits.shape, axis) + logits, axis=-1)
+
     def categorical(self, key: jax.Array, logits: jax.Array) -> jax.Array:
         """``jax.random.categorical(key, logits)`` (last axis) for this shard's rows
-        (axis 0): the Gumbel-max draw ``jax.random.categorical`` makes."""
+        (axis 0)."""
         if not self.is_exact:
             return jax.random.categorical(key, logits)
-        gumbel = lambda k, shape: jax.random.gumbel(k, shape, logits.dtype)
-        return jnp.argmax(self._draw(gumbel, key, logits.shape) + logits, axis=-1)
+        return self._gumbel_max(key, logits, 0)
 
     def sample_and_log_prob(self, key: jax.Array, pi: distrax.Categorical):
         """``pi.sample_and_log_prob(seed=key)`` for this shard's rows (distrax's draw is
         ``jax.random.categorical``'s, with a leading sample axis)."""
         if not self.is_exact:
             return pi.sample_and_log_prob(seed=key)
-        logits = pi.logits  # normalised, as distrax draws from them
-        gumbel = lambda k, shape: jax.random.gumbel(k, shape, logits.dtype)
-        noise = self._draw(gumbel, key, (1, *logits.shape), axis=1)[0]  # distrax's shape
-        action = jnp.argmax(noise + logits, axis=-1)
+        # distrax draws from the normalised logits, with a leading sample axis
+        action = self._gumbel_max(key, pi.logits[None], 1)[0]
         valid = jnp.all(jnp.isfinite(pi.probs), axis=-1) & jnp.all(pi.probs >= 0, axis=-1)
         action = jnp.where(valid, action, -1).astype(pi.dtype)
         return action, pi.log_prob(action)

@@ -269,6 +269,13 @@ def _check_mesh(run: _Run) -> None:
                 f"per device, so it resumes on {saved['data_axis']} only (now "
                 f"{now['data_axis']}); set mesh.devices / mesh.seeds to match"
             )
+        exact = saved.get("exact_shards", False), now.get("exact_shards", False)
+        if run.learner.shard_local_state and exact[0] != exact[1]:
+            raise ConfigError(
+                f"resume: {run.run_dir} was trained with mesh.exact={str(exact[0]).lower()}, "
+                f"and {run.cfg.algo.name}'s replay buffers are laid out by it (whole on every "
+                "device where exact, a part each otherwise); set mesh.exact to match"
+            )
     write_text(path, json.dumps(now, indent=2))
 
 

@@ -359,3 +359,30 @@ def test_virtual_shards_keep_replicated_state_identical(case):
         assert np.isfinite(value[:, -1]).all(), name
         if not name.startswith(("episode", "win", "stat_")) and name != "episodes":
             assert np.isfinite(value).all(), name
+
+
+@pytest.mark.parametrize("saved_exact, now_exact", [(False, True), (True, False)])
+def test_a_replay_run_resumes_only_with_the_buffer_layout_it_was_saved_with(
+    tmp_path, saved_exact, now_exact
+):
+    """Exact shards keep the whole buffer on every device, stratified ones a part each:
+    a resumed replay learner must keep the saved ``mesh.exact``; a PPO learner may switch."""
+    import json
+    from types import SimpleNamespace
+
+    from jaxmarl_llm.runner.loop import MESH_FILE, _check_mesh
+
+    (tmp_path / MESH_FILE).write_text(json.dumps(RunMesh(1, 2, exact=saved_exact).describe()))
+
+    def run(replay):
+        return SimpleNamespace(
+            run_dir=tmp_path,
+            cfg=SimpleNamespace(resume=str(tmp_path), algo=SimpleNamespace(name="qmix")),
+            learner=SimpleNamespace(shard_local_state=replay),
+            sharded=SimpleNamespace(run_mesh=RunMesh(1, 2, exact=now_exact)),
+        )
+
+    with pytest.raises(ConfigError, match=r"mesh\.exact=" + str(saved_exact).lower()):
+        _check_mesh(run(replay=True))
+    _check_mesh(run(replay=False))  # PPO's state has no per-device buffer
+    assert json.loads((tmp_path / MESH_FILE).read_text())["exact_shards"] is now_exact

@@ -25,9 +25,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# fmt: off
+# the settings of JaxMARL's mappo_homogenous_rnn_smax and ql_rnn_smax (hidden 64, mixer
+# 32/64, 4 gradient steps per update, one-step targets) that the anchor scripts run
+MAPPO_RNN = ["algo.recurrent=true", "algo.gru_hidden_dim=128", "algo.activation=relu",
+             "algo.lr=2e-3", "algo.ent_coef=0.0", "algo.max_grad_norm=0.25"]
+QMIX_RNN = ["algo.hidden_dim=64", "algo.mixer_embed_dim=32", "algo.mixer_hypernet_dim=64",
+            "algo.updates_per_rollout=4", "algo.lr=5e-5", "algo.td_lambda=null",
+            "algo.double_q=false"]
+
 # (name, script, arguments, time limit in seconds); num_envs are the accelerator sizes.
 # PPO items take algo.grad_chunk_rows' default, which is no chunking on an accelerator.
-# fmt: off
 SUITE: list[tuple[str, str, list[str], int]] = [
     ("ippo_spread3_65536", "train_throughput.py",
      ["--algo", "ippo", "--env", "mpe:simple_spread_3", "--num-envs", "65536",
@@ -60,6 +68,18 @@ SUITE: list[tuple[str, str, list[str], int]] = [
     ("qmix_smax3m_65536", "train_throughput.py",
      ["--algo", "qmix", "--env", "smax:3m", "--num-envs", "65536",
       "--updates", "3", "--repeats", "2", "algo.buffer_size=65536"], 150),
+    # JaxMARL's own recurrent baselines beside ours at accelerator sizes (items named
+    # anchor_*_rnn_* need --jaxmarl); the settings are those of the CPU pairs
+    ("mappo_rnn_smax3m_8192", "train_throughput.py",
+     ["--algo", "mappo", "--env", "smax:3m", "--num-envs", "8192", "--updates", "3",
+      "--repeats", "2", *MAPPO_RNN], 150),
+    ("anchor_mappo_rnn_smax3m_8192", "jaxmarl_mappo_rnn_anchor.py",
+     ["--num-envs", "8192", "--updates", "3", "--repeats", "2"], 150),
+    ("qmix_rnn_smax3m_4096", "train_throughput.py",
+     ["--algo", "qmix", "--env", "smax:3m", "--num-envs", "4096", "--updates", "60",
+      "--minus-updates", "40", *QMIX_RNN, "algo.buffer_size=131072"], 240),
+    ("anchor_qmix_rnn_smax3m_4096", "jaxmarl_qmix_rnn_anchor.py",
+     ["--num-envs", "4096", "--buffer-size", "131072"], 240),
     ("ippo_spread3_8192", "train_throughput.py",
      ["--algo", "ippo", "--env", "mpe:simple_spread_3", "--num-envs", "8192",
       "--updates", "3", "--repeats", "2"], 90),
@@ -73,11 +93,28 @@ SUITE: list[tuple[str, str, list[str], int]] = [
 # fmt: on
 
 
+# scripts that take the path of a JaxMARL checkout
+SCRIPT_NEEDS = {
+    "jaxmarl_mappo_rnn_anchor.py": ("--jaxmarl",),
+    "jaxmarl_qmix_rnn_anchor.py": ("--jaxmarl",),
+}
+
+
 def scaled(args: list[str], scale: float) -> list[str]:
+    """``args`` with every ``--num-envs`` times ``scale`` (a multiple of 8, at least 8: it
+    splits into minibatches) and every buffer size
+    times ``scale`` (at least 32 rollouts of each scaled env, what a sample may take)."""
     out = list(args)
-    if scale != 1.0 and "--num-envs" in out:
-        i = out.index("--num-envs") + 1
-        out[i] = str(max(8, int(int(out[i]) * scale)))
+    if scale == 1.0 or "--num-envs" not in out:
+        return out
+    i = out.index("--num-envs") + 1
+    out[i] = str(num_envs := max(8, int(int(out[i]) * scale) // 8 * 8))
+    smaller = lambda size: str(max(int(int(size) * scale), 32 * num_envs))
+    for j, arg in enumerate(out):
+        if arg.startswith("algo.buffer_size="):
+            out[j] = "algo.buffer_size=" + smaller(arg.split("=", 1)[1])
+        elif j > 0 and out[j - 1] == "--buffer-size":
+            out[j] = smaller(arg)
     return out
 
 
@@ -87,6 +124,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=Path("gpu_suite.jsonl"))
     p.add_argument("--scale", type=float, default=1.0, help="multiplies every --num-envs")
     p.add_argument("--only", nargs="*", default=None, help="names of the items to run")
+    p.add_argument(
+        "--jaxmarl",
+        type=Path,
+        default=None,
+        help="a JaxMARL checkout for the anchor_*_rnn_* items (skipped without it)",
+    )
     args = p.parse_args(argv)
 
     start = time.monotonic()
@@ -100,6 +143,11 @@ def main(argv=None) -> int:
             print(f"[suite] skip {name}: {left:.0f} s left", flush=True)
             continue
         cmd = [sys.executable, str(HERE / script), *scaled(script_args, args.scale), "--json"]
+        if "--jaxmarl" in SCRIPT_NEEDS.get(script, ()):
+            if args.jaxmarl is None:
+                print(f"[suite] skip {name}: needs --jaxmarl (a JaxMARL checkout)", flush=True)
+                continue
+            cmd += ["--jaxmarl", str(args.jaxmarl)]
         print(f"[suite] {name}: {' '.join(cmd[1:])}", flush=True)
         t0 = time.monotonic()
         try:

@@ -14,6 +14,10 @@ the post-compile time of ``--updates`` training updates. It pairs with
         algo.lr=5e-5 algo.td_lambda=null algo.double_q=false
     python benchmarks/jaxmarl_qmix_rnn_anchor.py --jaxmarl /path/to/JaxMARL --repeats 3 --json
 
+With more envs, ``--num-envs E --buffer-size B`` pairs with ours at the same ``--num-envs``
+and ``algo.buffer_size=B``; the baseline's buffer keeps ``B // E`` rollouts of every env and
+samples 32 of them, so ``B`` is at least ``32 E`` and it still learns from update 32.
+
 Like the baseline's ``single_run``, the train function is ``jit(vmap(train))`` over one
 seed. Only ``wandb`` and ``hydra`` are stubbed (imports the computation does not use;
 ``WANDB_MODE`` is disabled, so no callback is traced). Checked against JaxMARL commit
@@ -70,6 +74,14 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--jaxmarl", type=Path, required=True, help="a JaxMARL checkout")
     p.add_argument("--map", default="3m")
+    p.add_argument("--num-envs", type=int, default=SETTINGS["NUM_ENVS"])
+    p.add_argument(
+        "--buffer-size",
+        type=int,
+        default=SETTINGS["BUFFER_SIZE"],
+        help="rollouts the buffer holds; at least 32 x --num-envs (its time axis is "
+        "BUFFER_SIZE // NUM_ENVS rollouts and must hold the 32 of a sample)",
+    )
     p.add_argument("--updates", type=int, default=20, help="the timed training updates")
     p.add_argument("--base-updates", type=int, default=40, help="the budget subtracted")
     p.add_argument("--repeats", type=int, default=1, help="timed runs of each; best kept")
@@ -81,11 +93,18 @@ def main(argv=None) -> dict:
 
     baseline = import_baseline(args.jaxmarl, "QLearning", "qmix_rnn", args.use_checkout_jaxmarl)
     key = jax.random.split(jax.random.PRNGKey(SETTINGS["SEED"]), SETTINGS["NUM_SEEDS"])
-    per_update = SETTINGS["NUM_STEPS"] * SETTINGS["NUM_ENVS"]
+    settings = dict(SETTINGS, NUM_ENVS=args.num_envs, BUFFER_SIZE=args.buffer_size)
+    if settings["BUFFER_SIZE"] // settings["NUM_ENVS"] < settings["BUFFER_BATCH_SIZE"]:
+        raise SystemExit(
+            f"--buffer-size {args.buffer_size} holds {args.buffer_size // args.num_envs} "
+            f"rollouts per env; the baseline needs {settings['BUFFER_BATCH_SIZE']}: "
+            f"use at least {settings['BUFFER_BATCH_SIZE'] * args.num_envs}"
+        )
+    per_update = settings["NUM_STEPS"] * settings["NUM_ENVS"]
 
     def timed(updates):
-        config = dict(SETTINGS, MAP_NAME=args.map, ENV_NAME=SETTINGS["ENV_NAME"])
-        config["ENV_KWARGS"] = dict(SETTINGS["ENV_KWARGS"])
+        config = dict(settings, MAP_NAME=args.map)
+        config["ENV_KWARGS"] = dict(settings["ENV_KWARGS"])
         config["TOTAL_TIMESTEPS"] = updates * per_update
         env, _ = baseline.env_from_config(config)
         train = jax.jit(jax.vmap(baseline.make_train(config, env)))
@@ -106,7 +125,8 @@ def main(argv=None) -> dict:
     out = {
         "algo": "jaxmarl_qmix_rnn_anchor",
         "env": f"smax:{args.map}",
-        "num_envs": SETTINGS["NUM_ENVS"],
+        "num_envs": settings["NUM_ENVS"],
+        "buffer_size": settings["BUFFER_SIZE"],
         "updates": args.updates,
         "base_updates": args.base_updates,
         "grad_steps_timed": grad - base_grad,

@@ -67,10 +67,38 @@ def test_gpu_suite_keeps_what_finished_and_names_what_failed(tmp_path, monkeypat
     suite.main(["--out", str(out), "--scale", "0.5", "--budget", "31"])
     rows = {r["item"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert rows["ok"]["env_steps_per_s"] == 5.0
-    assert rows["ok"]["argv"] == ["--num-envs", "500", "--json"]  # scaled
+    assert rows["ok"]["argv"] == ["--num-envs", "496", "--json"]  # scaled to a multiple of 8
     assert rows["bad"]["rc"] == 1 and "no such env: mpe:nope" in rows["bad"]["stderr_tail"]
     assert rows["slow"]["rc"] == "timeout"
     assert "skipped" not in rows and "skip skipped" in capsys.readouterr().out
+
+
+def test_gpu_suite_passes_the_jaxmarl_checkout_to_the_anchors_that_need_it(
+    tmp_path, monkeypatch, capsys
+):
+    suite = _load("gpu_suite")
+    echo = "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\n"
+    (tmp_path / "ours.py").write_text(echo)
+    (tmp_path / "jaxmarl_qmix_rnn_anchor.py").write_text(echo)
+    monkeypatch.setattr(suite, "HERE", tmp_path)
+    monkeypatch.setattr(suite, "SUITE", [
+        ("ours", "ours.py", ["--num-envs", "4096", "algo.buffer_size=131072"], 30),
+        ("anchor", "jaxmarl_qmix_rnn_anchor.py",
+         ["--num-envs", "4096", "--buffer-size", "131072"], 30),
+    ])  # fmt: skip
+    without, with_checkout = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    suite.main(["--out", str(without), "--budget", "60"])
+    assert [json.loads(r)["item"] for r in without.read_text().splitlines()] == ["ours"]
+    assert "skip anchor: needs --jaxmarl" in capsys.readouterr().out
+    suite.main(["--out", str(with_checkout), "--budget", "60", "--scale", "0.01"])
+    suite.main(["--out", str(with_checkout), "--budget", "60", "--jaxmarl", "/ckpt/JaxMARL"])
+    rows = [json.loads(r) for r in with_checkout.read_text().splitlines()]
+    assert [r["item"] for r in rows] == ["ours", "ours", "anchor"]
+    # scaled: 40 envs, and buffers of 32 rollouts of each (the most a sample may need)
+    assert rows[0]["argv"] == ["--num-envs", "40", "algo.buffer_size=1310", "--json"]
+    assert rows[2]["argv"] == [
+        "--num-envs", "4096", "--buffer-size", "131072", "--json", "--jaxmarl", "/ckpt/JaxMARL",
+    ]  # fmt: skip
 
 
 @pytest.mark.slow  # a benchmark-script run

@@ -119,9 +119,7 @@ def main(argv=None) -> int:
     p.add_argument("--adapter-out", type=Path, default=None)
     args = p.parse_args(argv)
     out = args.out or ROOT / "experiments" / "results" / "verco" / f"messages_{args.map}"
-    adapter_out = (
-        args.adapter_out or ROOT / "experiments" / "models" / f"verco_messages_{args.map}"
-    )
+    adapter_out = args.adapter_out or ROOT / "experiments" / "models" / f"verco_messages_{args.map}"
 
     import jax
     import numpy as np

@@ -93,11 +93,8 @@ SUITE: list[tuple[str, str, list[str], int]] = [
 # fmt: on
 
 
-# scripts that take the path of a JaxMARL checkout
-SCRIPT_NEEDS = {
-    "jaxmarl_mappo_rnn_anchor.py": ("--jaxmarl",),
-    "jaxmarl_qmix_rnn_anchor.py": ("--jaxmarl",),
-}
+# scripts that take the path of a JaxMARL checkout (--jaxmarl)
+NEED_CHECKOUT = {"jaxmarl_mappo_rnn_anchor.py", "jaxmarl_qmix_rnn_anchor.py"}
 
 
 def scaled(args: list[str], scale: float) -> list[str]:
@@ -143,7 +140,7 @@ def main(argv=None) -> int:
             print(f"[suite] skip {name}: {left:.0f} s left", flush=True)
             continue
         cmd = [sys.executable, str(HERE / script), *scaled(script_args, args.scale), "--json"]
-        if "--jaxmarl" in SCRIPT_NEEDS.get(script, ()):
+        if script in NEED_CHECKOUT:
             if args.jaxmarl is None:
                 print(f"[suite] skip {name}: needs --jaxmarl (a JaxMARL checkout)", flush=True)
                 continue

@@ -25,12 +25,10 @@ import os
 import re
 from collections.abc import MutableMapping
 
-CPU_FLAGS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 OPT_OUT = "JAXMARL_LLM_XLA_DEFAULTS"
-
-
+CPU_FLAGS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 HOST_DEVICES = "xla_force_host_platform_device_count"
-HOST_DEVICE_FLAGS = {"xla_cpu_multi_thread_eigen": "false"}
+HOST_DEVICE_FLAGS = {"xla_cpu_multi_thread_eigen": "false"}  # where HOST_DEVICES > 1
 
 
 def host_devices(flags: str) -> int:

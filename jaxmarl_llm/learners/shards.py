@@ -117,7 +117,6 @@ class DataShards:
         ``jax.random.categorical``'s, with a leading sample axis)."""
         if not self.is_exact:
             return pi.sample_and_log_prob(seed=key)
-        # distrax draws from the normalised logits, with a leading sample axis
         action = self._gumbel_max(key, pi.logits[None], 1)[0]
         valid = jnp.all(jnp.isfinite(pi.probs), axis=-1) & jnp.all(pi.probs >= 0, axis=-1)
         action = jnp.where(valid, action, -1).astype(pi.dtype)

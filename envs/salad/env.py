@@ -14,8 +14,8 @@ deliver, chop). While a macro-action runs the agent's only available action is t
 macro-action (``get_avail_actions``); an agent is free again after the step that
 finishes it. A free agent's mask (ours: the original allows everything) drops only
 actions that cannot do anything: getting an item someone holds or a food in the plate,
-delivering or using the wall counter empty-handed, chopping away from a knife with
-unchopped food; "wait" is always available. Semantics follow the original:
+delivering or using the wall counter empty-handed, chopping while holding something or
+away from a knife with unchopped food; "wait" is always available. Semantics follow the original:
 
 * get tomato / lettuce / onion: walk to the food wherever it lies and act on it: pick it
   up when empty-handed, scoop it into a held plate when it is chopped; when the food is
@@ -30,24 +30,53 @@ unchopped food; "wait" is always available. Semantics follow the original:
   chopped food in it.
 * deliver: hand the held item over; the right dish (+1) ends the episode; anything else
   (-0.1) goes back, unchopped, to where it started.
-* chop: chop the unchopped food on a neighbouring knife until it is chopped; +0.2 when a
-  food of the task becomes chopped.
+* chop: chop the unchopped food on a neighbouring knife, one chop a step; the
+  macro-action ends after ``CHOPS_NEEDED`` (3) tries, as the original counts them, or at
+  once when no neighbouring knife holds unchopped food; +0.2 when a food of the task
+  becomes chopped. Only an empty-handed cook chops (a held item blocks the knife), so the
+  mask offers chop only to an empty-handed cook next to such a knife.
 * go to counter (map B): walk to the first empty counter of the dividing wall (rows 3, 2,
   4, 1, 5) and put the held item on it.
 * wait: stay one step.
 
 Moves resolve in agent order as in the original (two agents may swap cells; an agent may
-step into a cell its teammate leaves in the same step). A **collision** is a step in which
-an agent's move is blocked by its teammate: it costs -0.01 once per step and ends the
-blocked agent's macro-action, as the original ends it. Every step costs -0.001. The reward
-is the team's, the same for both agents.
+step into a cell its teammate leaves in the same step; of two agents stepping into the
+same cell the lower index gets it). A **collision** is a step in which an agent's move is
+blocked by its teammate: it costs -0.01 once per step and ends the blocked agent's
+macro-action ("the way is blocked"). Every step costs -0.001. The reward is the team's,
+the same for both agents.
 
-Simplifications of the original: navigation reads the items' true positions (the
-original walks to where the agent last saw an item) and walks around the teammate when a
-path avoids it (precomputed BFS fields, ``maps.Kitchen.distance``), else through it; map A
-has one plate (the issue's layout), so there is one "get plate"; the primitive moves of
-the original's MA variant are left out, as in TWOSOME's text version; the original's two
-hard-coded deadlock escapes at the knives are not reproduced.
+Navigation follows a shortest path to a floor cell next to the target. As the original's
+A*, which treats the other agent as passable and prefers, among equally long paths, one
+that avoids it, a cook walks through a teammate that moves this step (it may leave the
+cell or swap); a teammate that stands still is walked around when some path avoids it
+(``maps.Kitchen.distance``, precomputed BFS fields). Two cooks walking toward each other
+both walk through, so they swap or one is blocked; they never both step aside and mirror
+each other. Every macro-action ends within ``max_macro_steps`` steps (twice the kitchen's
+longest shortest path plus 2; under random play no macro-action reaches it,
+``tests/envs/test_salad.py``): a walk that has not arrived by then counts as blocked.
+
+Where this differs from the original, and why:
+
+* The original never ends a blocked walk (its collision list stays empty), so two cooks
+  in each other's way can stand forever; its two hard-coded escapes near the knives
+  (step right when the teammate stands on knife 2's access cell) are not reproduced,
+  since ending the blocked walk frees both cooks.
+* The original's chop does not check that the cook is empty-handed (three tries chop
+  nothing) and carries its try count over to the next chop when the food finishes
+  early; here the count restarts with every chop, and the mask drops chop for a cook
+  that holds something.
+* Navigation reads the items' true positions (the original walks to where the agent last
+  saw an item).
+* Map A has one plate, as in TWOSOME's textual kitchen (``Overcooked_LLMA_V3``, "delete
+  one plate"), which Verco extends to two agents; the original two-agent map
+  (``Overcooked_MA_V1``) has a second plate at (5, 6). So there is one "get plate".
+* The original's primitive moves (right, down, left, up) are left out, as in TWOSOME's
+  text version, and so is its per-step observation refresh of a busy agent: the
+  original refreshes an agent's policy observation only when its macro-action ends.
+  Here observations refresh every step; a busy agent's only available action is its
+  running macro-action, so the policy reads only the observations of decision steps,
+  which are the same under both rules.
 
 Observation (the original's vector, masked to the 5x5 window around the agent, zeros
 outside): per food ``(row/7, col/7, chops/3)``, the plate, the two knives, the delivery
@@ -120,6 +149,7 @@ class SaladState:
     chops: chex.Array  # [3] int32
     macro: chex.Array  # [2] int32 the running (or last) macro-action
     busy: chex.Array  # [2] bool a macro-action is running
+    macro_steps: chex.Array  # [2] int32 steps the running macro-action has taken
     task: chex.Array  # [] int32 index into TASKS
     step: chex.Array  # [] int32
     delivered: chex.Array  # [] bool the right dish was delivered
@@ -153,7 +183,7 @@ class SaladKitchen(MultiAgentEnv):
         max_steps: int = 200,
     ):
         super().__init__(num_agents=2)
-        self.kitchen = maps.kitchen(map_name)
+        self.kitchen = k = maps.kitchen(map_name)
         self.map_name = map_name
         chosen = (task,) if task is not None else tuple(tasks) if tasks is not None else TASKS
         unknown = [t for t in chosen if t not in TASKS]
@@ -165,6 +195,10 @@ class SaladKitchen(MultiAgentEnv):
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.task_ids = np.array([TASKS.index(t) for t in chosen], np.int32)
         self.max_steps = int(max_steps)
+        longest = k.distance[:, NUM_CELLS, :][k.distance[:, NUM_CELLS, :] < UNREACHABLE].max()
+        # a walk that has not arrived after twice the kitchen's longest shortest path (plus
+        # the act and a plate's second step) counts as blocked and ends
+        self.max_macro_steps = int(2 * longest + 2)
         self.num_actions = len(MACRO_ACTIONS) if map_name == "B" else len(MACRO_ACTIONS) - 1
         self.agents = ["agent_0", "agent_1"]
         self.observation_spaces = {a: Box(0.0, 1.0, (OBS_DIM,)) for a in self.agents}
@@ -199,6 +233,7 @@ class SaladKitchen(MultiAgentEnv):
             chops=jnp.zeros((3,), jnp.int32),
             macro=jnp.zeros((2,), jnp.int32),
             busy=jnp.zeros((2,), bool),
+            macro_steps=jnp.zeros((2,), jnp.int32),
             task=task,
             step=jnp.int32(0),
             delivered=jnp.bool_(False),
@@ -251,21 +286,13 @@ class SaladKitchen(MultiAgentEnv):
         return choppable.any(), nbr_cells[first], jnp.argmax(food_here[first])
 
     # ----- one agent's primitive intent -------------------------------------------------
-    def _intent(self, state: SaladState, agent: int, macro):
-        """(target cell, move?, act?, done) of one agent's running macro-action this step.
-
-        ``move``: step to the target cell (a floor cell); ``act``: act on the target cell
-        (a neighbouring non-floor cell); neither: stay."""
-        me = state.agent_pos[agent]
-        my_cell = _cell(me)
-        other_cell = _cell(state.agent_pos[1 - agent])
-        holding, held = self._held_item(state, agent)
-        held_is_food = holding & (held < PLATE)
-        held_chopped = held_is_food & (state.chops[jnp.minimum(held, 2)] >= CHOPS_NEEDED)
+    def _navigation(self, state: SaladState, agent: int, macro):
+        """(target cell, navigates?, item unreachable?) of one agent's macro-action: the
+        cell it walks next to, and whether the macro-action walks at all."""
+        my_cell = _cell(state.agent_pos[agent])
         is_get_food = (macro >= GET_TOMATO) & (macro <= GET_ONION)
         food = jnp.clip(macro - GET_TOMATO, 0, 2)
         wall_free, wall_cell = self.first_empty_wall_counter(state)
-
         item = jnp.where(macro == GET_PLATE, PLATE, food)
         item_pos = self.item_positions(state)[item]
         item_unreachable = (state.item_holder[item] != NOBODY) | (
@@ -290,14 +317,39 @@ class SaladKitchen(MultiAgentEnv):
             | (macro == DELIVER)
             | ((macro == GO_COUNTER) & wall_free)
         ) & ~((is_get_food | (macro == GET_PLATE)) & item_unreachable)
+        return target, navigates
+
+    def _wants_move(self, state: SaladState, agent: int, macro) -> jax.Array:
+        """Whether the agent's macro-action steps to another cell this step (before any
+        blocking): it walks, its target is reachable and it has not arrived."""
+        target, navigates = self._navigation(state, agent, macro)
+        here = self._distance[target, NUM_CELLS, _cell(state.agent_pos[agent])]
+        return navigates & (here < UNREACHABLE) & (here > 0)
+
+    def _intent(self, state: SaladState, agent: int, macro, teammate_moves):
+        """(target cell, move?, act?, done) of one agent's running macro-action this step.
+
+        ``move``: step to the target cell (a floor cell); ``act``: act on the target cell
+        (a neighbouring non-floor cell); neither: stay. ``teammate_moves``: whether the
+        teammate steps this step (``_wants_move``), which decides the route."""
+        me = state.agent_pos[agent]
+        my_cell = _cell(me)
+        other_cell = _cell(state.agent_pos[1 - agent])
+        holding, held = self._held_item(state, agent)
+        held_is_food = holding & (held < PLATE)
+        held_chopped = held_is_food & (state.chops[jnp.minimum(held, 2)] >= CHOPS_NEEDED)
+        is_get_food = (macro >= GET_TOMATO) & (macro <= GET_ONION)
+        target, navigates = self._navigation(state, agent, macro)
 
         nbr_cells, on_grid = self._neighbours(me)
         can_chop, chop_cell, chop_food = self._chop_target(state, agent)
 
-        # navigation: around the teammate where possible, else through
+        # navigation: a shortest path; around a teammate that stands still where a path
+        # avoids it, through a teammate that moves (it may leave the cell or swap)
         d_avoid = self._distance[target, other_cell]
         d_any = self._distance[target, NUM_CELLS]
-        dist = jnp.where(d_avoid[my_cell] < UNREACHABLE, d_avoid, d_any)
+        around = ~teammate_moves & (d_avoid[my_cell] < UNREACHABLE)
+        dist = jnp.where(around, d_avoid, d_any)
         here = dist[my_cell]
         step_ok = on_grid & (dist[nbr_cells] == here - 1)
         next_cell = nbr_cells[jnp.argmax(step_ok)]
@@ -324,12 +376,16 @@ class SaladKitchen(MultiAgentEnv):
         move = navigates & reachable & ~arrived & ~is_chop
         act = (navigates & reachable & arrived & ~stop_short & ~is_chop) | (is_chop & can_chop)
         target = jnp.where(is_chop, chop_cell, jnp.where(move, next_cell, target))
+        # a chop takes CHOPS_NEEDED tries, as the original counts them, or ends at once when
+        # there is nothing to chop
+        tries = state.macro_steps[agent] + 1
         chop_finishes = is_chop & can_chop & (state.chops[chop_food] + 1 >= CHOPS_NEEDED)
         done = jnp.where(
             is_chop,
-            ~can_chop | chop_finishes,
+            ~can_chop | chop_finishes | (tries >= CHOPS_NEEDED),
             ~move & ~(act & plate_two_steps),
         )
+        done = done | (tries >= self.max_macro_steps)
         return target, move, act, done
 
     # ----- acting on a cell -------------------------------------------------------------
@@ -409,7 +465,8 @@ class SaladKitchen(MultiAgentEnv):
     def step_env(self, key: chex.PRNGKey, state: SaladState, actions: dict):
         chosen = jnp.stack([jnp.asarray(actions[a], jnp.int32) for a in self.agents])
         macro = jnp.where(state.busy, state.macro, jnp.clip(chosen, 0, self.num_actions - 1))
-        intents = [self._intent(state, i, macro[i]) for i in range(2)]
+        wants = [self._wants_move(state, i, macro[i]) for i in range(2)]
+        intents = [self._intent(state, i, macro[i], wants[1 - i]) for i in range(2)]
         (t0, m0, a0, d0), (t1, m1, a1, d1) = intents
         p0, p1 = _cell(state.agent_pos[0]), _cell(state.agent_pos[1])
         # agent 0 first, unless it walks into agent 1's cell: then agent 1 goes first and
@@ -430,6 +487,7 @@ class SaladKitchen(MultiAgentEnv):
         state = state.replace(
             macro=macro,
             busy=~done,
+            macro_steps=jnp.where(done, 0, state.macro_steps + 1),
             step=state.step + 1,
             collisions=state.collisions + blocked.astype(jnp.int32),
         )
@@ -479,7 +537,7 @@ class SaladKitchen(MultiAgentEnv):
             holding, _ = self._held_item(state, i)
             chop_act, *_ = self._chop_target(state, i)
             allowed = jnp.array(
-                [True, *free_items, True, True, holding, chop_act, holding & wall_free]
+                [True, *free_items, True, True, holding, chop_act & ~holding, holding & wall_free]
             )[: self.num_actions]
             out[a] = jnp.where(state.busy[i], ids == state.macro[i], allowed)
         return out

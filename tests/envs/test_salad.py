@@ -11,7 +11,9 @@ import envs
 from envs.salad import maps
 from envs.salad.env import (
     CHOP,
+    CHOPS_NEEDED,
     DELIVER,
+    GET_LETTUCE,
     GET_PLATE,
     GET_TOMATO,
     GO_COUNTER,
@@ -177,6 +179,74 @@ def test_walking_into_the_teammate_is_a_charged_collision():
     assert bool(state.busy[0]) and not bool(state.busy[1])  # the blocked macro-action ends
     state, reward, _ = _step(env, state, WAIT, WAIT)
     assert reward == pytest.approx(REWARD_STEP)
+
+
+def test_cooks_walking_head_on_pass_each_other():
+    env = _env("A", task="tomato salad")
+    _, state = env.reset(KEY)
+    # agent 0 at (1,1) walks right to the tomato's access cell (1,5); agent 1 at (1,4) walks
+    # left to knife 1's (1,1): each is on the other's shortest path. Moving cooks route
+    # through each other and swap on the second step, so both arrive in their shortest walk
+    state = state.replace(agent_pos=jnp.array([[1, 1], [1, 4]], jnp.int32))
+    for step in range(1, 6):
+        state, _, _ = _step(env, state, GET_TOMATO, GO_KNIFE_1)
+        if not bool(state.busy[1]):
+            break
+    assert step == 4  # agent 1: walk 3, then empty-handed it stops next to the knife
+    np.testing.assert_array_equal(state.agent_pos[1], [1, 1])
+    state, _, _ = _step(env, state, GET_TOMATO, WAIT)  # agent 0 picks the tomato up
+    assert not bool(state.busy[0]) and int(state.item_holder[0]) == 0
+
+
+def test_a_cook_holding_something_is_not_offered_chop_and_a_chop_ends_after_its_tries():
+    env = _env("A", task="tomato salad")
+    _, state = env.reset(KEY)
+    for macro in (GET_TOMATO, GO_KNIFE_1):
+        state, *_ = _run_macro(env, state, 0, macro)
+    state, *_ = _run_macro(env, state, 0, GET_LETTUCE)  # back with the lettuce in hand
+    state, *_ = _run_macro(env, state, 0, GO_KNIFE_1)  # knife 1 holds the unchopped tomato
+    assert int(state.item_holder[1]) == 0 and bool(_chop_target(env, state, 0))
+    assert not np.asarray(env.get_avail_actions(state)["agent_0"])[CHOP]
+    # forced anyway (the original offers every action): three tries chop nothing, then free
+    state, rewards, _ = _run_macro(env, state, 0, CHOP)
+    assert len(rewards) == CHOPS_NEEDED and int(state.chops[0]) == 0
+
+
+def _chop_target(env, state, agent):
+    return env._chop_target(state, agent)[0]
+
+
+@pytest.mark.parametrize("map_name", ["A", "B"])
+def test_every_macro_action_ends_within_its_bound_under_random_play(map_name):
+    """Random available actions, 256 kitchens x 800 steps: no macro-action runs longer than
+    ``max_macro_steps`` (a chop no longer than its tries), and none ever reaches it: the
+    bound is a guard, walks end by arriving or being blocked."""
+    aenv = envs.make_array_env(f"salad:{map_name}")
+    env = aenv.env
+    n = 256
+
+    def body(carry, k):
+        state, run = carry
+        k_act, k_step = jax.random.split(k)
+        avail = jax.vmap(aenv.avail_actions)(state)
+        actions = jax.vmap(aenv.random_actions)(jax.random.split(k_act, n), avail)
+        r = jax.vmap(aenv.step)(jax.random.split(k_step, n), state, actions)
+        inner = state.env_state
+        # steps of the macro-action each cook runs this step (1 for one that starts now)
+        macro = jnp.where(inner.busy, inner.macro, actions)
+        run = jnp.where(inner.busy, run + 1, 1)
+        return (r.state, run), (run, macro)
+
+    @jax.jit
+    def roll(key):
+        _, state = jax.vmap(aenv.reset)(jax.random.split(key, n))
+        init = (state, jnp.zeros((n, 2), jnp.int32))
+        return jax.lax.scan(body, init, jax.random.split(key, 800))[1]
+
+    run, macro = (np.asarray(x) for x in roll(KEY))
+    assert run.max() < env.max_macro_steps
+    assert run[macro == CHOP].max() <= CHOPS_NEEDED
+    assert (run > 1).mean() > 0.3  # walks of several steps did happen
 
 
 def test_chop_reward_only_for_the_tasks_food():

@@ -188,11 +188,12 @@ def test_cooks_walking_head_on_pass_each_other():
     # left to knife 1's (1,1): each is on the other's shortest path. Moving cooks route
     # through each other and swap on the second step, so both arrive in their shortest walk
     state = state.replace(agent_pos=jnp.array([[1, 1], [1, 4]], jnp.int32))
-    for step in range(1, 6):
+    steps = 0
+    while bool(state.busy[1]) or steps == 0:
         state, _, _ = _step(env, state, GET_TOMATO, GO_KNIFE_1)
-        if not bool(state.busy[1]):
-            break
-    assert step == 4  # agent 1: walk 3, then empty-handed it stops next to the knife
+        steps += 1
+        assert steps <= 5
+    assert steps == 4  # agent 1: walk 3, then empty-handed it stops next to the knife
     np.testing.assert_array_equal(state.agent_pos[1], [1, 1])
     state, _, _ = _step(env, state, GET_TOMATO, WAIT)  # agent 0 picks the tomato up
     assert not bool(state.busy[0]) and int(state.item_holder[0]) == 0

@@ -156,7 +156,7 @@ def defending_actions(env: Football, state) -> jax.Array:
     """Fall back goal-side: each controlled player heads for a point between the ball and
     its own goal (defenders nearer the goal), the nearest outfield one for the ball. [C]"""
     idx = jnp.asarray(env.controlled)
-    form = env.formation[idx]  # [C, 2] 4-4-2 spots
+    form = env.formation[idx]  # [C, 2] formation spots
     frac = 0.35 + 0.4 * (form[:, 0] + 1.0)
     goal = jnp.stack([jnp.full_like(form[:, 0], -1.0), 0.6 * form[:, 1]], -1)
     target = goal + (state.ball - goal) * frac[:, None]

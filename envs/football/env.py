@@ -3,7 +3,8 @@
 The left team (attacking toward x = +1) is the learners'; the right team and the left
 players not controlled follow a scripted policy. Interface as GRF: the 19 actions of
 ``action_set_v1``, ``simple115_v2`` observations per controlled player, scoring reward
-(optionally GRF's checkpoint reward), 10 steps per second.
+(optionally GRF's checkpoint reward), 10 steps per second. Scenarios (``scenarios.py``)
+take their positions, roles and rules from GRF's scenario files.
 
 Rules (all on one flat 2D pitch, ``dt`` = 0.1 s):
 
@@ -12,8 +13,9 @@ Rules (all on one flat 2D pitch, ``dt`` = 0.1 s):
   difficulty stat ``0.3 + 0.7 d``. Players stay on the pitch.
 * The carrier keeps the ball just ahead of it in its facing direction (closer while
   dribbling). A free ball rolls with friction ``BALL_FRICTION`` per step; a free, grounded
-  ball within ``CONTROL_RADIUS`` of a player's path is picked up by the nearest one (the
-  kicker cannot retake it for ``KICK_COOLDOWN`` steps).
+  ball within ``CONTROL_RADIUS`` of a player's path (up to the goal line where it crosses
+  one) is picked up by the nearest such player (the kicker cannot retake it for
+  ``KICK_COOLDOWN`` steps, and a ball kicked this step cannot be taken in that step).
 * Passes go to the best-placed teammate in the kicker's facing direction (score: the
   cosine to the facing direction minus a penalty for distance from the pass type's
   preferred length and for nearby opponents). The ball is kicked at the receiver's
@@ -23,36 +25,60 @@ Rules (all on one flat 2D pitch, ``dt`` = 0.1 s):
   speed)`` steps.
 * A shot aims at the opponent goal's centre with Gaussian noise on the aimed y whose
   standard deviation grows with the square of the distance to goal.
-* Tackles: each opponent within ``TACKLE_RADIUS`` of the carrier wins the ball with
-  probability ``TACKLE_PROB`` (scaled by its stat) per step; ``sliding`` reaches
-  ``SLIDE_RADIUS`` and wins with ``SLIDE_PROB``. A won tackle cancels the carrier's
-  kick of that step. A sliding player stands still for that step.
-* Goal: the free ball crosses x = +-1 with |y| < 0.044. Kick-off after a goal: everyone
-  back in formation, the ball at the centre spot owned by the conceding team, whose
-  opponents wait outside the centre circle.
-* Stochastic start (GRF's ``_stochastic``): reset moves every player but the one on the
-  ball by a uniform offset of up to ``RESET_JITTER`` per coordinate.
-
-Simplifications relative to GRF, stated here as the rules used:
-
+* Keepers: a grounded ball the other team sent toward a keeper's goal passing within
+  ``KEEPER_REACH`` of the keeper on its path (the kick's own step included) is saved, the
+  keeper taking the ball, with probability ``KEEPER_SAVE * stat * (1 - distance /
+  KEEPER_REACH)`` (``stat`` the difficulty stat; 1 for the left team): a keeper on its
+  line saves some close shots, more on hard, and one off its line few.
+* Tackles: each opponent within ``TACKLE_RADIUS`` of the carrier or of the ball at its
+  feet wins the ball with probability ``TACKLE_PROB`` (scaled by its stat) per step;
+  ``sliding`` reaches ``SLIDE_RADIUS`` and wins with ``SLIDE_PROB``. A won tackle cancels
+  the carrier's kick of that step. A sliding player stands still for that step.
+* Goal: the free ball crosses x = +-1 with |y| < 0.044 untaken. Kick-off after a goal:
+  both teams in GRF's 11 vs 11 kick-off layouts (``scenarios.KICKOFF_LAYOUT`` for the
+  conceding team, which kicks off, ``RECEIVING_LAYOUT`` for the other), the ball at the
+  centre spot owned by the conceding team's CF. As in GRF, whose kick-off mode ends in
+  the frame it starts, play goes on at once (game mode normal).
 * Out of play (restarts): over a side line -> throw-in; over a goal line -> goal kick if
   the attacking team touched last, else corner. The ball is placed at the nearest legal
   spot (throw-in: where it left, inside the line; goal kick: (+-0.9, 0); corner: the
-  nearest corner) and given to the other team's nearest player (its keeper for a goal
-  kick), who is moved onto the ball. Offside, fouls, cards, free kicks and penalties are
-  not modelled; the ball has no height except for the high pass' flight flag (the
-  observed ball z is ``AIR_HEIGHT`` while it flies, its z direction always 0). Players
-  do not collide. Player directions in the observation are the last step's
-  displacements.
+  nearest corner) and given to the other team's nearest outfield player (its keeper for
+  a goal kick), who is moved onto the ball. As in GRF the game mode (throw-in, goal kick,
+  corner) lasts until the taker kicks the ball: meanwhile the taker may turn but not
+  walk, nobody tackles and the scripted players do not close in; a scripted taker passes
+  at once, and after ``SET_PIECE_WAIT`` (20) steps a controlled taker that has not kicked
+  plays a short pass, as GRF's env does for an agent that holds the game up.
+* Scripted policy: the carrier dribbles toward goal, shoots within ``SHOT_RANGE`` and
+  passes when an opponent is within ``PRESSED_RADIUS``; without the ball, the nearest
+  outfield player chases a free ball and always presses the opponents' carrier, the
+  second nearest presses too when within ``PRESS_RADIUS * (0.3 + 0.7 d)`` (GRF's AI sends
+  its two nearest players to hunt the ball holder); the others hold their formation spot
+  (``scenarios.FORMATION``) shifted with the ball; keepers track the ball's y on their
+  line. So a team that keeps the ball still loses it within tens of steps at every
+  difficulty (``experiments/football_behaviour.py``).
+* Checkpoint reward (``rewards="scoring,checkpoints"``), as GRF's
+  ``CheckpointRewardWrapper``: per controlled player, 0.1 for each of 10 zones of the
+  ball's distance to the opponent goal (thresholds ``0.99 - 0.8 k / 9``) while that
+  player has the ball, each zone once per episode; a goal pays every controlled player
+  the zones it has left. The agents' rewards are per player.
+* Starts: the 11 vs 11 scenarios (GRF's ``_stochastic``) move every player but the one on
+  the ball by a uniform offset of up to ``scenarios.RESET_JITTER`` per coordinate.
+
+Simplifications relative to GRF, stated here as the rules used:
+
+* Offside, fouls, cards, free kicks and penalties are not modelled; the ball has no
+  height except for the high pass' flight flag (the observed ball z is ``AIR_HEIGHT``
+  while it flies, its z direction always 0). Players do not collide. Player directions in
+  the observation are the last step's displacements.
+* GRF's stoppage before a restart is invisible to the agents and does not count toward
+  the episode's steps; here the restart is set up within the step the ball went out, and
+  a set piece's waiting steps count.
+* GRF alternates the 11 vs 11 kick-off team between episodes by episode number; a reset
+  here has no episode number, so it draws the kick-off team with probability 1/2.
 * Kick actions (passes, shot) by a player without the ball do nothing (GRF buffers them
   until the player receives the ball).
 * The reaction delay ``(1 - d) * 100 ms`` rounds to whole steps (0 or 1 step): with a
   delay the scripted right team reacts to the ball position of the previous step.
-* Scripted policy: the carrier dribbles toward goal, shoots within ``SHOT_RANGE`` and
-  passes when an opponent is within ``PRESSED_RADIUS``; without the ball, the nearest
-  outfield player chases a free ball or presses the carrier when it is within the
-  pressing distance ``PRESS_RADIUS * (0.3 + 0.7 d)``; the others hold their formation
-  spot shifted with the ball; keepers track the ball's y on their line.
 
 Episode statistics (``FootballState.stats``, a fixed ``[NUM_STATS]`` float32 array,
 returned in ``step_env``'s info as ``episode_stats`` and by ``episode_stats(state)`` as a
@@ -77,9 +103,10 @@ from jaxmarl.environments.spaces import Box, Discrete
 
 from envs import fast_random
 from envs.football.scenarios import (
-    FORMATION_442,
-    FORMATION_442_RECEIVING,
+    FORMATION,
+    KICKOFF_LAYOUT,
     KICKOFF_PLAYER,
+    RECEIVING_LAYOUT,
     scenario,
 )
 
@@ -150,12 +177,17 @@ PASS_PREFERRED = {KICK_SHORT: 0.2, KICK_LONG: 0.55, KICK_HIGH: 0.6}
 SHOT_SPEED, SHOT_NOISE_BASE, SHOT_NOISE_QUAD = 0.09, 0.005, 0.25
 AIR_FRACTION, AIR_HEIGHT = 0.7, 0.1
 TACKLE_RADIUS, TACKLE_PROB, SLIDE_RADIUS, SLIDE_PROB = 0.02, 0.12, 0.05, 0.6
-# scripted policy
+# a keeper reaches a ball passing within KEEPER_REACH of it toward its goal and saves it
+# with probability KEEPER_SAVE * stat * (1 - distance / KEEPER_REACH)
+KEEPER_REACH, KEEPER_SAVE = 0.04, 0.7
+# GRF's env takes a short pass for a set-piece taker that has waited this many steps
+SET_PIECE_WAIT = 20
+# scripted policy: the nearest player always presses the carrier, the second nearest
+# within PRESS_RADIUS * stat (GRF's two hunters)
 SHOT_RANGE, PRESSED_RADIUS, PRESS_RADIUS = 0.3, 0.06, 0.5
 # GRF's checkpoint reward: 10 regions, thresholds 0.99 - 0.8 k / 9 on the distance to (1, 0)
 NUM_CHECKPOINTS, CHECKPOINT_REWARD = 10, 0.1
 CHECKPOINT_THRESHOLDS = jnp.array([0.99 - 0.8 * k / 9 for k in range(10)], jnp.float32)
-RESET_JITTER = 0.01  # stochastic start: uniform +- this on every player's position
 
 STAT_NAMES = (
     "goals_scored",
@@ -200,8 +232,9 @@ class FootballState:
     sprint: chex.Array  # [11] bool
     dribble: chex.Array  # [11] bool
     game_mode: chex.Array  # [] int32
+    mode_steps: chex.Array  # [] int32 steps the current set piece has waited
     score: chex.Array  # [2] int32 left, right
-    checkpoints: chex.Array  # [] int32 checkpoint regions collected this episode
+    checkpoints: chex.Array  # [C] int32 checkpoint regions each controlled player collected
     stats: chex.Array  # [NUM_STATS] float32
     step: chex.Array  # [] int32
 
@@ -287,8 +320,16 @@ class Football(MultiAgentEnv):
         self.is_controlled = jnp.asarray(ctrl)
         self.stat = jnp.asarray(np.r_[np.ones(11), np.full(11, self.right_stat)], jnp.float32)
         self.start_pos = jnp.asarray(np.concatenate([sc.left_start, sc.right_start]))
-        form = FORMATION_442
-        self.formation = jnp.asarray(np.concatenate([form, -form]))  # [22, 2]
+        self.formation = jnp.asarray(np.concatenate([FORMATION, -FORMATION]))  # [22, 2]
+        # the kick-off layouts after a goal (and at a random 11 vs 11 reset), by kicking team
+        self.kickoff_pos = jnp.asarray(
+            np.stack(
+                [
+                    np.concatenate([KICKOFF_LAYOUT, -RECEIVING_LAYOUT]),
+                    np.concatenate([RECEIVING_LAYOUT, -KICKOFF_LAYOUT]),
+                ]
+            )
+        )  # [2, 22, 2]
         self.obs_dim = 115
         self.observation_spaces = {a: Box(-2.0, 2.0, (115,)) for a in self.agents}
         self.action_spaces = {a: Discrete(NUM_ACTIONS) for a in self.agents}
@@ -299,10 +340,17 @@ class Football(MultiAgentEnv):
 
     # ----- reset --------------------------------------------------------------------------
     def reset(self, key):
-        jitter = (fast_random.uniform(key, 44).reshape(22, 2) * 2.0 - 1.0) * RESET_JITTER
+        u = fast_random.uniform(key, 45)
         sc = self.scenario
-        pos = self.start_pos + jitter
-        pos = pos.at[sc.owner_start].set(self.start_pos[sc.owner_start])
+        jitter = (u[:44].reshape(22, 2) * 2.0 - 1.0) * sc.reset_jitter
+        if sc.random_kickoff:
+            kick_team = (u[44] < 0.5).astype(jnp.int32)
+            start = self.kickoff_pos[kick_team]
+            owner_start = kick_team * 11 + KICKOFF_PLAYER
+        else:
+            start, owner_start = self.start_pos, jnp.int32(sc.owner_start)
+        pos = start + jitter
+        pos = pos.at[owner_start].set(start[owner_start])
         ball = jnp.asarray(sc.ball_start, jnp.float32)
         facing = jnp.concatenate(
             [
@@ -319,17 +367,18 @@ class Football(MultiAgentEnv):
             ball_vel=jnp.zeros((2,), jnp.float32),
             prev_ball=ball,
             ball_air=i32(0),
-            owner=i32(sc.owner_start),
-            last_touch=i32(sc.owner_start // 11),
+            owner=i32(owner_start),
+            last_touch=i32(owner_start // 11),
             kicker=i32(-1),
             kick_cool=i32(0),
             pass_team=i32(-1),
             sticky_dir=jnp.zeros((11,), jnp.int32),
             sprint=jnp.zeros((11,), bool),
             dribble=jnp.zeros((11,), bool),
-            game_mode=i32(KICK_OFF if sc.ball_start == (0.0, 0.0) else NORMAL),
+            game_mode=i32(NORMAL),
+            mode_steps=i32(0),
             score=jnp.zeros((2,), jnp.int32),
-            checkpoints=i32(0),
+            checkpoints=jnp.zeros((len(self.controlled),), jnp.int32),
             stats=jnp.zeros((NUM_STATS,), jnp.float32),
             step=i32(0),
         )
@@ -355,13 +404,20 @@ class Football(MultiAgentEnv):
         keeper_spot = jnp.stack([jnp.full(22, -0.97), jnp.clip(bx[:, 1] * 0.3, -0.04, 0.04)], -1)
         spot = jnp.where(keeper[:, None], keeper_spot, spot) * sign  # back to left coords
         target = spot
-        # chaser: nearest outfield player of each team to the (seen) ball
+        # chasers: the nearest outfield player of each team to the (seen) ball chases a free
+        # ball and always presses the opponents' carrier; the second nearest presses too
+        # when within the pressing distance. No one closes in on a set-piece taker.
         d_ball = jnp.sqrt(((state.pos - ball_seen) ** 2).sum(-1))  # [22]
         d_out = jnp.where(keeper, jnp.inf, d_ball)
-        nearest = jnp.stack([jnp.argmin(d_out[:11]), 11 + jnp.argmin(d_out[11:])])[team]
-        is_chaser = (jnp.arange(22) == nearest) & ~attacking
+        first = jnp.stack([jnp.argmin(d_out[:11]), 11 + jnp.argmin(d_out[11:])])
+        d_rest = d_out.at[first].set(jnp.inf)
+        second = jnp.stack([jnp.argmin(d_rest[:11]), 11 + jnp.argmin(d_rest[11:])])
+        idx = jnp.arange(22)
+        is_first, is_second = idx == first[team], idx == second[team]
         radius = jnp.where(team == 1, self.press_radius, PRESS_RADIUS)
-        chase = is_chaser & ((owner_team < 0) | (d_ball < radius))
+        open_play = state.game_mode == NORMAL
+        hunts = is_second & (owner_team >= 0) & (d_ball < radius)
+        chase = ~attacking & open_play & (is_first | hunts)
         target = jnp.where(chase[:, None], ball_seen, target)
         # carrier: toward the opponent goal, shoot in range, pass when pressed
         goal = jnp.array([1.0, 0.0]) * sign  # [22, 2]
@@ -377,6 +433,7 @@ class Football(MultiAgentEnv):
         kick = jnp.where(
             d_goal < SHOT_RANGE, KICK_SHOT, jnp.where(d_opp < PRESSED_RADIUS, KICK_SHORT, NO_KICK)
         )
+        kick = jnp.where(open_play, kick, KICK_SHORT)  # a set piece is taken at once
         kick = jnp.where(is_carrier, kick, NO_KICK)
         return move, sprint, kick
 
@@ -384,7 +441,7 @@ class Football(MultiAgentEnv):
     def step_env(self, key, state: FootballState, actions: dict):
         a = jnp.stack([jnp.asarray(actions[ag], jnp.int32) for ag in self.agents])  # [C]
         ctrl = self.controlled
-        u = fast_random.uniform(key, 24)  # 22 tackles, 2 for the shot noise
+        u = fast_random.uniform(key, 25)  # 22 tackles, 2 for the shot noise, 1 keeper save
         team = jnp.arange(22) // 11
 
         # controlled players: sticky state from the actions
@@ -416,11 +473,14 @@ class Football(MultiAgentEnv):
         kick = jnp.where(ctrl_mask, jnp.zeros((22,), jnp.int32).at[ctrl].set(kick_c), s_kick)
         is_owner = jnp.arange(22) == state.owner
         sliding = slide & (state.owner >= 0)
+        # a set piece (throw-in, goal kick, corner) lasts until its taker kicks the ball: the
+        # taker may turn but not walk, and nobody tackles
+        set_piece = state.game_mode != NORMAL
 
-        # movement (sliding players stop for the step)
+        # movement (sliding players and a set-piece taker stop for the step)
         speed = jnp.where(sprinting, SPRINT_SPEED, RUN_SPEED) * self.stat
         speed = jnp.where(dribbling & is_owner, speed * DRIBBLE_FACTOR, speed)
-        speed = jnp.where(sliding, 0.0, speed)
+        speed = jnp.where(sliding | (set_piece & is_owner), 0.0, speed)
         vel = move * speed[:, None]
         pos = jnp.clip(
             state.pos + vel, jnp.array([-PITCH_X, -PITCH_Y]), jnp.array([PITCH_X, PITCH_Y])
@@ -435,6 +495,9 @@ class Football(MultiAgentEnv):
         o = jnp.maximum(owner, 0)
         o_team = o // 11
         k = jnp.where(has_owner, kick[o], NO_KICK)
+        # GRF's env plays a short pass for a taker that keeps the game waiting
+        waited = set_piece & (state.mode_steps >= SET_PIECE_WAIT)
+        k = jnp.where(has_owner & waited & (k == NO_KICK), KICK_SHORT, k)
         own_pos = jnp.where(o_team == 0, pos[:11], pos[11:])  # [11, 2]
         opp_pos = jnp.where(o_team == 0, pos[11:], pos[:11])
         passer = o % 11
@@ -454,9 +517,13 @@ class Football(MultiAgentEnv):
         aim = jnp.array([goal_x, 0.0]) + jnp.array([0.0, 1.0]) * std * normal
         to_aim = aim - pos[o]
         shot_vel = to_aim / jnp.sqrt((to_aim**2).sum() + 1e-12) * SHOT_SPEED
-        # tackles on the carrier come first: a won tackle cancels the carrier's kick
-        d_car = jnp.sqrt(((pos - pos[o]) ** 2).sum(-1))  # [22]
-        rival = team != o_team
+        # tackles on the carrier come first: a won tackle cancels the carrier's kick. A
+        # tackle reaches the carrier or the ball at its feet
+        at_feet = pos[o] + facing[o] * BALL_OFFSET
+        d_car = jnp.minimum(
+            jnp.sqrt(((pos - pos[o]) ** 2).sum(-1)), jnp.sqrt(((pos - at_feet) ** 2).sum(-1))
+        )  # [22]
+        rival = (team != o_team) & ~set_piece
         win = rival & (
             ((d_car < TACKLE_RADIUS) & (u[:22] < TACKLE_PROB * self.stat))
             | (sliding & (d_car < SLIDE_RADIUS) & (u[:22] < SLIDE_PROB))
@@ -497,27 +564,42 @@ class Football(MultiAgentEnv):
         pass_team = jnp.where(kicked, jnp.where(is_pass, o_team, -1), state.pass_team)
         last_touch = jnp.where(ball_owned, n_o // 11, jnp.where(kicked, o_team, state.last_touch))
 
-        # goal / out of play, from the free ball's path this step
+        # the free ball's path this step, up to the goal line where it crosses one
         prev = free_start
-        crossing_x = jnp.abs(ball[0]) > PITCH_X
+        crossing_x = ~ball_owned & (jnp.abs(ball[0]) > PITCH_X)
         t_cross = (jnp.sign(ball[0]) * PITCH_X - prev[0]) / jnp.where(
             ball[0] == prev[0], 1.0, ball[0] - prev[0]
         )
-        y_cross = prev[1] + jnp.clip(t_cross, 0.0, 1.0) * (ball[1] - prev[1])
-        goal = ~ball_owned & crossing_x & (jnp.abs(y_cross) < GOAL_Y)
-        left_goal = goal & (ball[0] > 0)
-        right_goal = goal & (ball[0] < 0)
-        out = ~ball_owned & ~goal & (crossing_x | (jnp.abs(ball[1]) > PITCH_Y))
+        t_cross = jnp.clip(t_cross, 0.0, 1.0)
+        y_cross = prev[1] + t_cross * (ball[1] - prev[1])
+        path_end = jnp.where(crossing_x, prev + t_cross * (ball - prev), ball)
 
-        # pick-up of a free grounded ball by the nearest player near its path
-        seg = ball - prev
+        # pick-up of a free grounded ball by the nearest player near its path (before the
+        # line): a ball kicked this step travels at least one step before anyone can take
+        # it, except that the keeper it flies at may save it
+        seg = path_end - prev
         tt = jnp.clip(((pos - prev) * seg).sum(-1) / jnp.maximum((seg**2).sum(), 1e-12), 0.0, 1.0)
         d_path = jnp.sqrt(((prev + tt[:, None] * seg - pos) ** 2).sum(-1))  # [22]
+        grounded_free = ~ball_owned & (ball_air == 0)
         can = (d_path < CONTROL_RADIUS) & ~((jnp.arange(22) == kicker) & (kick_cool > 0))
-        # a ball kicked this step travels at least one step before anyone can take it
-        can = can & ~ball_owned & ~kicked & (ball_air == 0) & ~goal & ~out
+        can = can & grounded_free & ~kicked
+        # a ball the other team sent toward a keeper's goal: the keeper takes it (a save)
+        # with a probability that falls with its distance from the path and its stat
+        keeper = jnp.where(free_vel[0] > 0, 11, 0)
+        at_keeper = grounded_free & (free_vel[0] != 0) & (last_touch != keeper // 11)
+        d_keeper = d_path[keeper]
+        save_prob = KEEPER_SAVE * self.stat[keeper] * (1.0 - d_keeper / KEEPER_REACH)
+        save = at_keeper & (d_keeper < KEEPER_REACH) & (u[24] < save_prob)
+        can = can.at[keeper].set(jnp.where(at_keeper, save, can[keeper]))
         picker = jnp.argmin(jnp.where(can, d_path, jnp.inf))
         picked = can.any()
+
+        # goal / out of play, when nobody took the ball before the line
+        goal = ~ball_owned & ~picked & crossing_x & (jnp.abs(y_cross) < GOAL_Y)
+        left_goal = goal & (ball[0] > 0)
+        right_goal = goal & (ball[0] < 0)
+        out = ~ball_owned & ~picked & ~goal & (crossing_x | (jnp.abs(ball[1]) > PITCH_Y))
+
         p_team = picker // 11
         stats = stats.at[S_PASSES_DONE].add(picked & (pass_team == 0) & (p_team == 0))
         new_owner = jnp.where(picked, picker, new_owner)
@@ -557,20 +639,10 @@ class Football(MultiAgentEnv):
         new_owner = jnp.where(out, taker, new_owner)
         last_touch = jnp.where(out, getter_team, last_touch)
 
-        # restarts: kick-off after a goal, the conceding team kicks off
+        # restarts: kick-off after a goal, the conceding team kicks off from GRF's kick-off
+        # layout; it is in play at once (GRF's kick-off mode ends in the frame it starts)
         kick_team = jnp.where(left_goal, 1, 0)
-        kicking_left = (
-            jnp.asarray(np.concatenate([FORMATION_442, -FORMATION_442_RECEIVING]))
-            .at[KICKOFF_PLAYER]
-            .set(jnp.array([-0.01, 0.0]))
-        )  # [22, 2]
-        kicking_right = (
-            jnp.asarray(np.concatenate([FORMATION_442_RECEIVING, -FORMATION_442]))
-            .at[11 + KICKOFF_PLAYER]
-            .set(jnp.array([0.01, 0.0]))
-        )
-        ko_pos = jnp.where(kick_team == 0, kicking_left, kicking_right)
-        pos = jnp.where(goal, ko_pos, pos)
+        pos = jnp.where(goal, self.kickoff_pos[kick_team], pos)
         ball = jnp.where(goal, jnp.zeros(2), ball)
         new_owner = jnp.where(goal, kick_team * 11 + KICKOFF_PLAYER, new_owner)
         last_touch = jnp.where(goal, kick_team, last_touch)
@@ -579,20 +651,25 @@ class Football(MultiAgentEnv):
         ball_air = jnp.where(restart, 0, ball_air)
         pass_team = jnp.where(restart, -1, pass_team)
         kick_cool = jnp.where(restart, 0, kick_cool)
-        game_mode = jnp.where(goal, KICK_OFF, jnp.where(out, out_mode, NORMAL))
+        # a set piece goes on until its taker kicks (or is forced to)
+        goes_on = set_piece & ~kicked & ~restart
+        game_mode = jnp.where(out, out_mode, jnp.where(goes_on, state.game_mode, NORMAL))
+        mode_steps = jnp.where(goes_on, state.mode_steps + 1, 0)
 
         score = state.score + jnp.stack([left_goal, right_goal]).astype(jnp.int32)
         step = state.step + 1
 
-        # reward: scoring, then GRF's checkpoints for the left team's carrier
-        reward = left_goal.astype(jnp.float32) - right_goal.astype(jnp.float32)
+        # reward: scoring, then GRF's checkpoints (CheckpointRewardWrapper): per controlled
+        # player, paid while that player has the ball, for each of the 10 distance zones
+        # of the ball to the opponent goal it has not collected this episode; a goal pays
+        # every controlled player its zones left
+        scoring = left_goal.astype(jnp.float32) - right_goal.astype(jnp.float32)
         d_opp_goal = jnp.sqrt((ball[0] - 1.0) ** 2 + ball[1] ** 2)
         reached = (d_opp_goal <= CHECKPOINT_THRESHOLDS).sum().astype(jnp.int32)
-        left_owns = (new_owner >= 0) & (new_owner < 11) & ~restart
-        checkpoints = jnp.where(
-            left_owns, jnp.maximum(state.checkpoints, reached), state.checkpoints
-        )
+        on_ball = new_owner == jnp.asarray(self.controlled)  # [C]
+        checkpoints = jnp.where(on_ball, jnp.maximum(state.checkpoints, reached), state.checkpoints)
         checkpoints = jnp.where(left_goal, NUM_CHECKPOINTS, checkpoints)
+        reward = jnp.broadcast_to(scoring, checkpoints.shape)
         if self.checkpoint_reward:
             reward = reward + CHECKPOINT_REWARD * (checkpoints - state.checkpoints)
 
@@ -622,12 +699,13 @@ class Football(MultiAgentEnv):
             sprint=sprint_l,
             dribble=dribble_l,
             game_mode=game_mode.astype(jnp.int32),
+            mode_steps=mode_steps.astype(jnp.int32),
             score=score,
             checkpoints=checkpoints.astype(jnp.int32),
             stats=stats,
             step=step,
         )
-        rewards = {ag: reward for ag in self.agents}
+        rewards = {ag: reward[i] for i, ag in enumerate(self.agents)}
         dones = {ag: done for ag in self.agents} | {"__all__": done}
         info = {"episode_stats": stats, "won": self.won(next_state)}
         return self.get_obs(next_state), next_state, rewards, dones, info

@@ -3,10 +3,10 @@
 ``render(state, size)`` draws a ``[size, size, 3]`` uint8 picture: the pitch (touch and
 goal lines, halfway line, centre circle and spot, penalty boxes, goals) on green, each
 team's convex hull of its outfield players as a translucent polygon and its formation
-lines (defenders, midfielders, forwards of the 4-4-2, each line joined in order of y) in
-the team colour, the players as discs (left team blue, right team red) and the ball as
-a white disc with a black rim on top. The pitch keeps its aspect ratio and is
-letterboxed (black bars above and below).
+lines (the back four, the four midfield slots, the CF with the holding CM; each line
+joined in order of y) in the team colour, the players as discs (left team blue, right
+team red) and the ball as a white disc with a black rim on top. The pitch keeps its
+aspect ratio and is letterboxed (black bars above and below).
 
 Everything is array math over the pixel grid (distance fields and masks per primitive),
 so it jits and vmaps over batches of states. Coordinates are GRF's as stored in the
@@ -40,8 +40,9 @@ RIGHT_COLOUR = (220, 30, 30)
 LEFT_LINE_COLOUR = (120, 170, 255)
 RIGHT_LINE_COLOUR = (255, 140, 140)
 
-# the formation lines of the 4-4-2 (team indices, scenarios.py): defenders, midfielders,
-# forwards; consecutive players of a line (in order of y) are joined
+# the formation lines drawn, by slot (scenarios.ROLES): the back four, the four midfield
+# slots (LM, CM, CM, RM), the last two (CF and the holding CM); consecutive players of a
+# line (in order of y) are joined
 LINES = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10))
 
 # pitch markings as segments [S, 2, 2] (x, y end points)

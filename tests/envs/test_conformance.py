@@ -14,7 +14,8 @@ import envs
 
 SHORT_EPISODE = 8  # max_steps for envs whose factory accepts it
 # Envs whose start state is fixed by design: reset may ignore its key.
-FIXED_START_PREFIXES = ("matrix:",)
+# start states fixed by design: matrix games; GRF's academy files place every player exactly
+FIXED_START_PREFIXES = ("matrix:", "football:academy_")
 PREFERRED_REPRESENTATIVES = (
     "mpe:simple_spread_3",
     "overcooked:cramped_room",

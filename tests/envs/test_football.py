@@ -16,6 +16,7 @@ from envs.football.env import (
     HIGH_PASS,
     IDLE,
     LONG_PASS,
+    NORMAL,
     NUM_STATS,
     RELEASE_DIRECTION,
     RIGHT,
@@ -23,12 +24,14 @@ from envs.football.env import (
     S_PASSES,
     S_PASSES_DONE,
     S_SHOTS,
+    SET_PIECE_WAIT,
     SHORT_PASS,
     SHOT,
     SLIDING,
     SPRINT,
     THROW_IN,
 )
+from envs.football.scenarios import KICKOFF_LAYOUT, KICKOFF_PLAYER, RECEIVING_LAYOUT
 
 ELEVEN = "football:11_vs_11_easy_stochastic"
 FAR_RIGHT = jnp.stack([jnp.full(11, -0.9), jnp.linspace(-0.4, 0.4, 11)], -1)  # [11, 2]
@@ -81,9 +84,11 @@ def test_shot_from_the_penalty_spot_scores_on_an_empty_goal():
         assert sum(rewards) == pytest.approx(1.0)
         st = states[-1].stats
         assert st[S_SHOTS] == 1 and st[S_ON_TARGET] == 1
-        # kick-off by the conceding right team after the goal
-        assert int(states[-1].owner) >= 11
-        np.testing.assert_allclose(np.asarray(states[-1].ball), 0.0, atol=0.02)
+        # kick-off by the conceding right team after the goal, from GRF's kick-off layout
+        after = states[scored.index(1)]
+        assert int(after.owner) == 11 + KICKOFF_PLAYER and int(after.game_mode) == NORMAL
+        np.testing.assert_allclose(np.asarray(after.ball), 0.0, atol=0.02)
+        np.testing.assert_allclose(np.asarray(after.pos[11:]), -KICKOFF_LAYOUT, atol=1e-6)
 
 
 def test_a_long_shot_is_less_accurate_than_a_penalty():
@@ -217,45 +222,144 @@ def test_simple115_layout():
     np.testing.assert_allclose(o[:22], np.asarray(s.pos[:11]).ravel())
     np.testing.assert_allclose(o[44:66], np.asarray(s.pos[11:]).ravel())
     np.testing.assert_allclose(o[88:90], np.asarray(s.ball))
-    assert o[94:97].tolist() == [0, 1, 0]  # the left team kicks off
+    kicking = int(s.owner) // 11  # the kick-off team, drawn at reset
+    assert o[94:97].tolist() == [0, 1 - kicking, kicking]
     assert o[97:108].argmax() == 4 and o[97:108].sum() == 1
-    assert o[108:].argmax() == 1 and o[108:].sum() == 1  # kick-off mode
+    assert o[108:].argmax() == 0 and o[108:].sum() == 1  # GRF's kick-off is in play at once
     keeper_scripted = envs.make(ELEVEN, scripted_keeper=True)
     assert keeper_scripted.agents[0] == "player_1" and len(keeper_scripted.agents) == 10
     aenv = envs.make_array_env(ELEVEN)
     assert aenv.world_state_dim == 107
 
 
-def test_checkpoint_reward_pays_regions_once():
+def _grf_checkpoint_rewards(env, states, scoring):
+    """GRF's ``CheckpointRewardWrapper.reward``, transcribed: per controlled player (its
+    reward index), from each step's resulting state and scoring reward. [T, C]"""
+    collected = [0] * len(env.agents)
+    out = []
+    for state, r in zip(states, scoring, strict=True):
+        row = []
+        for i, player in enumerate(env.controlled.tolist()):
+            reward = r
+            if r == 1:
+                reward += 0.1 * (10 - collected[i])
+                collected[i] = 10
+            elif int(state.owner) == player:
+                ball = np.asarray(state.ball, np.float64)
+                d = ((ball[0] - 1) ** 2 + ball[1] ** 2) ** 0.5
+                while collected[i] < 10:
+                    if d > 0.99 - 0.8 / 9 * collected[i]:
+                        break
+                    reward += 0.1
+                    collected[i] += 1
+            row.append(reward)
+        out.append(row)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("name", [ELEVEN, "football:academy_counterattack_easy"])
+def test_checkpoint_reward_follows_grf_per_controlled_player(name):
+    """Random play of the controlled players, step by step against GRF's wrapper."""
+    env, step = _env(name, rewards="scoring,checkpoints")
+    rng = np.random.default_rng(0)
+    paid = set()
+    for episode in range(4):
+        _, s = env.reset(jax.random.PRNGKey(episode))
+        states, scoring, got = [], [], []
+        for t in range(120):
+            acts = {a: jnp.int32(rng.integers(0, 19)) for a in env.agents}
+            _, s2, r, d, _ = step(jax.random.PRNGKey(100 * episode + t), s, acts)
+            goals = np.asarray(s2.score) - np.asarray(s.score)
+            states.append(s2)
+            scoring.append(float(goals[0] - goals[1]))
+            got.append([float(r[a]) for a in env.agents])
+            s = s2
+            if bool(d["__all__"]):
+                break
+        want = _grf_checkpoint_rewards(env, states, scoring)
+        np.testing.assert_allclose(np.array(got), want, atol=1e-5)
+        paid |= set(np.flatnonzero((want > 0).any(0)).tolist())
+    assert paid  # some player was paid checkpoints
+
+
+def test_checkpoint_reward_is_the_carriers_and_a_goal_pays_every_player_the_rest():
     name = ELEVEN
-    env, _ = _env(name, rewards="scoring,checkpoints")
+    env, step = _env(name, rewards="scoring,checkpoints")
+    idle = {a: jnp.int32(IDLE) for a in env.agents}
     left = _spread_left()
     left[9] = [0.5, 0.0]
     s = _open_play(env, left, owner=9)
-    _, rewards = _run(name, s, {}, steps=2, rewards="scoring,checkpoints")
-    # ball at distance ~0.49 from (1, 0): thresholds 0.99 - 0.8 k / 9 >= d for k = 0..5
-    assert rewards[0] == pytest.approx(0.6, abs=1e-5) and rewards[1] == 0.0
-    _, rewards = _run(name, s, {}, steps=1)
-    assert rewards[0] == 0.0
+    _, s1, r, _, _ = step(jax.random.PRNGKey(0), s, idle)
+    # ball at distance ~0.49 from (1, 0): thresholds 0.99 - 0.8 k / 9 >= d for k = 0..5,
+    # paid to player 9, the carrier, alone
+    assert float(r["player_9"]) == pytest.approx(0.6, abs=1e-5)
+    assert all(float(r[a]) == 0.0 for a in env.agents if a != "player_9")
+    np.testing.assert_array_equal(s1.checkpoints, np.eye(11, dtype=int)[9] * 6)
+    # a goal from the penalty spot: the carrier gets its 10 zones less those collected,
+    # every other controlled player all 10
+    left[9] = [0.88, 0.0]
+    s = _open_play(env, left, owner=9)
+    total = np.zeros(11)
+    for t in range(4):
+        acts = idle | ({"player_9": jnp.int32(SHOT)} if t == 0 else {})
+        _, s, r, _, _ = step(jax.random.PRNGKey(t), s, acts)
+        total += [float(r[a]) for a in env.agents]
+    assert int(s.score[0]) == 1
+    np.testing.assert_array_equal(s.checkpoints, 10)
+    np.testing.assert_allclose(total, 2.0, atol=1e-5)  # 1 for the goal + 10 x 0.1 each
 
 
-def test_counterattack_scenarios():
-    easy = envs.make("football:academy_counterattack_easy")
-    hard = envs.make("football:academy_counterattack_hard")
-    assert easy.agents == ["player_5", "player_6", "player_8", "player_9"]
-    assert easy.max_steps == hard.max_steps == 400
-    _, se = easy.reset(jax.random.PRNGKey(0))
-    _, sh = hard.reset(jax.random.PRNGKey(0))
-    np.testing.assert_allclose(np.asarray(se.ball), [0.26, -0.11])
-    assert int(se.owner) == 6
-    right_ahead = lambda s: int((np.asarray(s.pos[11:, 0]) > 0.3).sum())
-    assert right_ahead(sh) == right_ahead(se) + 1  # hard: one more defender at x = 0.4
+def test_counterattack_start_is_the_scenario_files():
+    """GRF's academy_counterattack_easy / _hard files (right team mirrored through the
+    centre spot), slot by role; the four attackers are controlled, the LM on the ball."""
+    left = {  # slot: the file's (x, y)
+        0: (-1.0, 0.0), 1: (-0.672, -0.19576), 2: (-0.75, -0.06356), 3: (-0.75, 0.063559),
+        4: (-0.672, 0.19576), 6: (-0.434, -0.10568), 7: (-0.434, 0.10568),
+        10: (0.5, -0.3161), 5: (0.25, -0.1), 8: (0.25, 0.1), 9: (0.35, 0.316102),
+    }  # fmt: skip
+    right = {
+        0: (-1.0, 0.0), 1: (0.128, -0.19576), 3: (-0.4, 0.063559), 4: (0.128, -0.19576),
+        6: (0.365, -0.10568), 10: (0.282, 0.0), 7: (0.365, 0.10568), 5: (0.54, -0.3161),
+        8: (0.51, 0.0), 9: (0.54, 0.316102),
+    }  # fmt: skip
+    for name, cb in (("easy", (0.4, -0.06356)), ("hard", (-0.4, -0.06356))):
+        env = envs.make(f"football:academy_counterattack_{name}")
+        assert env.agents == ["player_5", "player_8", "player_9", "player_10"]
+        assert env.max_steps == 400 and env.difficulty == 0.6  # the files set none
+        _, s = env.reset(jax.random.PRNGKey(7))
+        want = np.zeros((22, 2), np.float32)
+        for slot, xy in left.items():
+            want[slot] = xy
+        for slot, xy in (right | {2: cb}).items():
+            want[11 + slot] = -np.asarray(xy)
+        np.testing.assert_allclose(np.asarray(s.pos), want, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(s.ball), [0.26, -0.11])
+        assert int(s.owner) == 5 and int(s.game_mode) == NORMAL
+        # outfield defenders between the ball and the goal: one on easy, two on hard
+        behind = (np.asarray(s.pos[12:, 0]) > 0.26).sum()
+        assert behind == (1 if name == "easy" else 2)
     # the episode ends when the right team wins the ball
-    _, step = _env("football:academy_counterattack_easy")
+    easy, step = _env("football:academy_counterattack_easy")
+    _, se = easy.reset(jax.random.PRNGKey(0))
     stolen = se.replace(owner=jnp.int32(12), ball=se.pos[12], prev_ball=se.pos[12])
     idle = {a: jnp.int32(IDLE) for a in easy.agents}
     assert bool(step(jax.random.PRNGKey(0), stolen, idle)[3]["__all__"])
     assert not bool(step(jax.random.PRNGKey(0), se, idle)[3]["__all__"])
+
+
+def test_eleven_kick_off_team_is_drawn_at_reset_from_grfs_layouts():
+    env, _ = _env()
+    teams = []
+    for k in range(16):
+        _, s = env.reset(jax.random.PRNGKey(k))
+        kicking = int(s.owner) // 11
+        teams.append(kicking)
+        assert int(s.owner) == 11 * kicking + KICKOFF_PLAYER
+        layout = np.concatenate([KICKOFF_LAYOUT, -RECEIVING_LAYOUT])
+        if kicking:
+            layout = np.concatenate([RECEIVING_LAYOUT, -KICKOFF_LAYOUT])
+        np.testing.assert_allclose(np.asarray(s.pos), layout, atol=0.0100001)
+    assert 0 < sum(teams) < 16
 
 
 def test_hull_area_and_stats_shape():
@@ -310,3 +414,74 @@ def test_episode_stats_reach_the_array_env_at_the_end():
     # the registry's stats_fn puts the same statistics in the step info for the learners
     assert set(res.info["stats"]) == set(stats)
     np.testing.assert_allclose(res.info["stats"]["possession"], stats["possession"])
+
+
+@functools.cache
+def _behaviour():
+    from tests.scripts import load_script
+
+    return load_script("experiments/football_behaviour.py")
+
+
+@pytest.mark.parametrize("level", ["easy", "hard"])
+def test_a_team_holding_the_ball_still_loses_it_within_a_bounded_time(level):
+    """The scripted opponents keep contesting the ball at every difficulty: an idle team
+    with its CF on the ball loses it in every match, sooner on hard."""
+    res = _behaviour().possession_loss(f"11_vs_11_{level}_stochastic", 32, 300, seed=0)
+    assert res["lost_within_horizon"] == 1.0
+    assert res["max_steps"] < 300
+    assert res["median_steps"] < (40 if level == "easy" else 20)
+
+
+def test_a_keeper_on_its_line_saves_some_close_shots_and_fewer_off_it():
+    saves = _behaviour().keeper_saves
+    for level in ("easy", "hard"):
+        name = f"11_vs_11_{level}_stochastic"
+        on = saves(name, (0.99, 0.0), 64, seed=0)
+        off = saves(name, (0.90, 0.12), 64, seed=0)
+        assert 0.0 < on["saved"] < 1.0 and off["saved"] < on["saved"]
+        assert on["saved"] + on["scored"] == pytest.approx(1.0)
+        if level == "easy":
+            easy_on = on["saved"]
+    assert on["saved"] > easy_on  # a better keeper on hard
+
+
+def test_a_set_piece_lasts_until_the_taker_kicks():
+    """A throw-in: the taker may not walk and nobody tackles it until it passes; after
+    SET_PIECE_WAIT idle steps GRF's env passes for it."""
+    env, step = _env()
+    s = _open_play(env, _spread_left(), owner=9)
+    ball = jnp.array([0.0, 0.40])  # rolling over the side line, the left team touched last
+    s = s.replace(ball=ball, prev_ball=ball, ball_vel=jnp.array([0.0, 0.1]))
+    s = s.replace(owner=jnp.int32(-1), last_touch=jnp.int32(0))
+    idle = {a: jnp.int32(IDLE) for a in env.agents}
+    _, s, *_ = step(jax.random.PRNGKey(0), s, idle)
+    assert int(s.game_mode) == THROW_IN and int(s.owner) >= 11  # the right team throws in
+    taker, spot = int(s.owner), np.asarray(s.pos[int(s.owner)])
+    modes = []
+    for t in range(SET_PIECE_WAIT + 3):
+        _, s, *_ = step(jax.random.PRNGKey(t + 1), s, idle)
+        modes.append(int(s.game_mode))
+        if int(s.game_mode) == THROW_IN:
+            assert int(s.owner) == taker
+            np.testing.assert_allclose(np.asarray(s.pos[taker]), spot)
+    # the scripted right taker passes at once; the mode ends with that kick
+    assert modes[0] == 0 and int(s.owner) != taker
+
+
+def test_a_controlled_set_piece_taker_is_made_to_pass_after_waiting():
+    """Nobody tackles the waiting taker (a hard-difficulty opponent kept on the ball would
+    win it within 20 steps with probability 0.91 in open play)."""
+    name = "football:11_vs_11_hard_stochastic"
+    env, step = _env(name)
+    left = _spread_left()
+    left[9] = [0.0, 0.41]
+    s = _open_play(env, left, owner=9, facing=(1.0, 0.0))
+    s = s.replace(game_mode=jnp.int32(THROW_IN), mode_steps=jnp.int32(0))
+    idle = {a: jnp.int32(IDLE) for a in env.agents}
+    for t in range(SET_PIECE_WAIT):
+        s = s.replace(pos=s.pos.at[12].set(s.ball))
+        _, s, *_ = step(jax.random.PRNGKey(t), s, idle)
+        assert int(s.game_mode) == THROW_IN and int(s.owner) == 9
+    _, s, *_ = step(jax.random.PRNGKey(99), s, idle)
+    assert int(s.game_mode) == 0 and int(s.owner) != 9 and int(s.stats[S_PASSES]) == 1

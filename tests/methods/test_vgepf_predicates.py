@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 
 from envs.football.env import NUM_STATS, FootballState
-from envs.football.scenarios import FORMATION_442
 from jaxmarl_llm.methods.vgepf import predicates as P
 from jaxmarl_llm.methods.vgepf.skills import SKILL_NAMES, skill_index
+
+# a 4-4-2 in team order GK, LB, CB, CB, RB, LM, CM, CM, RM, CF, CF: three flat lines
+FORMATION_442 = np.array(
+    [[-0.99, 0.00], [-0.55, -0.28], [-0.62, -0.10], [-0.62, 0.10], [-0.55, 0.28],
+     [-0.30, -0.28], [-0.34, -0.09], [-0.34, 0.09], [-0.30, 0.28], [-0.06, -0.08],
+     [-0.01, 0.06]],
+    np.float32,
+)  # fmt: skip
 
 
 def make_state(ball=(0.0, 0.0), owner=-1, pass_team=-1, ball_vel=(0.0, 0.0), **players):
@@ -36,8 +43,9 @@ def make_state(ball=(0.0, 0.0), owner=-1, pass_team=-1, ball_vel=(0.0, 0.0), **p
         sprint=jnp.zeros((11,), bool),
         dribble=jnp.zeros((11,), bool),
         game_mode=i32(0),
+        mode_steps=i32(0),
         score=jnp.zeros((2,), jnp.int32),
-        checkpoints=i32(0),
+        checkpoints=jnp.zeros((4,), jnp.int32),
         stats=jnp.zeros((NUM_STATS,), jnp.float32),
         step=i32(0),
     )

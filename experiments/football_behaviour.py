@@ -83,7 +83,8 @@ def possession_loss(scenario: str, matches: int, horizon: int, seed: int) -> dic
     }
 
 
-def keeper_saves(scenario: str, keeper_at: tuple[float, float], shots: int, seed: int) -> dict:
+def keeper_saves(scenario: str, spots: dict, shots: int, seed: int) -> dict:
+    """Per keeper spot (name -> (x, y)): shares of ``shots`` shots saved and scored."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -101,7 +102,7 @@ def keeper_saves(scenario: str, keeper_at: tuple[float, float], shots: int, seed
             jnp.stack([jnp.full(11, -0.9), jnp.linspace(-0.4, 0.4, 11)], -1),
         ]
     )
-    pos = pos.at[9].set(jnp.array([0.85, 0.0])).at[11].set(jnp.asarray(keeper_at))
+    pos = pos.at[9].set(jnp.array([0.85, 0.0]))
     facing = s.facing.at[9].set(jnp.array([1.0, 0.0]))
     ball = pos[9] + facing[9] * 0.012
     s = s.replace(
@@ -109,17 +110,28 @@ def keeper_saves(scenario: str, keeper_at: tuple[float, float], shots: int, seed
         last_touch=jnp.int32(0), game_mode=jnp.int32(0),
     )  # fmt: skip
 
-    def one(key):
-        k0, k1, k2, k3 = jax.random.split(key, 4)
-        _, state, _, _, _ = env.step_env(k0, s, shoot)
-        for k in (k1, k2, k3):
-            _, state, _, _, _ = env.step_env(k, state, idle)
+    def one(spot, key):
+        def body(state, k_t):
+            k, t = k_t
+            acts = {a: jnp.where(t == 0, shoot[a], idle[a]) for a in env.agents}
+            return env.step_env(k, state, acts)[1], None
+
+        state = s.replace(pos=s.pos.at[11].set(spot))
+        state, _ = jax.lax.scan(body, state, (jax.random.split(key, 4), jnp.arange(4)))
         return state.score[0] > 0, (state.owner == 11)
 
-    scored, saved = (np.asarray(x) for x in jax.jit(jax.vmap(one))(
-        jax.random.split(jax.random.PRNGKey(seed), shots)))  # fmt: skip
-    return {"shots": shots, "keeper_at": list(keeper_at), "saved": float(saved.mean()),
-            "scored": float(scored.mean())}  # fmt: skip
+    keys = jax.random.split(jax.random.PRNGKey(seed), shots)
+    at = jnp.asarray(list(spots.values()), jnp.float32)
+    per_spot = jax.vmap(lambda spot: jax.vmap(lambda k: one(spot, k))(keys))
+    scored, saved = (np.asarray(x) for x in jax.jit(per_spot)(at))
+    return {
+        name: {"shots": shots, "keeper_at": list(xy), "saved": float(saved[i].mean()),
+               "scored": float(scored[i].mean())}
+        for i, (name, xy) in enumerate(spots.items())
+    }  # fmt: skip
+
+
+KEEPER_SPOTS = {"on_line": (0.99, 0.0), "off_line": (0.90, 0.12)}
 
 
 def idle_matches(scenario: str, matches: int, seed: int) -> dict:
@@ -161,10 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         result["possession"][level] = possession_loss(
             scenario, args.matches, args.horizon, args.seed
         )
-        result["keeper"][level] = {
-            "on_line": keeper_saves(scenario, (0.99, 0.0), args.matches, args.seed),
-            "off_line": keeper_saves(scenario, (0.90, 0.12), args.matches, args.seed),
-        }
+        result["keeper"][level] = keeper_saves(scenario, KEEPER_SPOTS, args.matches, args.seed)
         result["idle_matches"][level] = idle_matches(scenario, args.full_matches, args.seed)
         print(level, json.dumps({k: v[level] for k, v in result.items()}))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -434,11 +434,11 @@ def test_a_team_holding_the_ball_still_loses_it_within_a_bounded_time(level):
 
 
 def test_a_keeper_on_its_line_saves_some_close_shots_and_fewer_off_it():
-    saves = _behaviour().keeper_saves
+    behaviour = _behaviour()
     for level in ("easy", "hard"):
         name = f"11_vs_11_{level}_stochastic"
-        on = saves(name, (0.99, 0.0), 64, seed=0)
-        off = saves(name, (0.90, 0.12), 64, seed=0)
+        res = behaviour.keeper_saves(name, behaviour.KEEPER_SPOTS, 64, seed=0)
+        on, off = res["on_line"], res["off_line"]
         assert 0.0 < on["saved"] < 1.0 and off["saved"] < on["saved"]
         assert on["saved"] + on["scored"] == pytest.approx(1.0)
         if level == "easy":

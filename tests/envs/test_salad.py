@@ -218,8 +218,10 @@ def _chop_target(env, state, agent):
 
 
 @pytest.mark.parametrize("map_name", ["A", "B"])
-def test_every_macro_action_ends_within_its_bound_under_random_play(map_name):
-    """Random available actions, 256 kitchens x 800 steps: no macro-action runs longer than
+def test_every_macro_action_ends_within_its_bound(map_name):
+    """256 kitchens x 800 steps, half under random available actions, half under the
+    scripted team with 30% random actions (a learned-like policy): no macro-action runs
+    longer than
     ``max_macro_steps`` (a chop no longer than its tries), and none ever reaches it: the
     bound is a guard, walks end by arriving or being blocked."""
     aenv = envs.make_array_env(f"salad:{map_name}")
@@ -228,15 +230,20 @@ def test_every_macro_action_ends_within_its_bound_under_random_play(map_name):
 
     def body(carry, k):
         state, run = carry
-        k_act, k_step = jax.random.split(k)
+        k_act, k_eps, k_step = jax.random.split(k, 3)
         avail = jax.vmap(aenv.avail_actions)(state)
         actions = jax.vmap(aenv.random_actions)(jax.random.split(k_act, n), avail)
-        r = jax.vmap(aenv.step)(jax.random.split(k_step, n), state, actions)
         inner = state.env_state
+        scripted = jax.vmap(lambda s: scripted_actions(env, s))(inner)
+        explore = (
+            jax.random.uniform(k_eps, (n, 1)) < jnp.where(jnp.arange(n) < n // 2, 1.0, 0.3)[:, None]
+        )
+        actions = jnp.where(explore, actions, scripted)
+        r = jax.vmap(aenv.step)(jax.random.split(k_step, n), state, actions)
         # steps of the macro-action each cook runs this step (1 for one that starts now)
         macro = jnp.where(inner.busy, inner.macro, actions)
         run = jnp.where(inner.busy, run + 1, 1)
-        return (r.state, run), (run, macro)
+        return (r.state, run), (run, macro, r.info["won"])
 
     @jax.jit
     def roll(key):
@@ -244,10 +251,11 @@ def test_every_macro_action_ends_within_its_bound_under_random_play(map_name):
         init = (state, jnp.zeros((n, 2), jnp.int32))
         return jax.lax.scan(body, init, jax.random.split(key, 800))[1]
 
-    run, macro = (np.asarray(x) for x in roll(KEY))
+    run, macro, won = (np.asarray(x) for x in roll(KEY))
     assert run.max() < env.max_macro_steps
     assert run[macro == CHOP].max() <= CHOPS_NEEDED
     assert (run > 1).mean() > 0.3  # walks of several steps did happen
+    assert won[:, n // 2 :].sum() > won[:, : n // 2].sum() > 0  # dishes were delivered
 
 
 def test_chop_reward_only_for_the_tasks_food():

@@ -13,8 +13,8 @@ from conformance import check_env_conformance, check_env_static_conformance
 import envs
 
 SHORT_EPISODE = 8  # max_steps for envs whose factory accepts it
-# Envs whose start state is fixed by design: reset may ignore its key.
-# start states fixed by design: matrix games; GRF's academy files place every player exactly
+# Envs whose start state is fixed by design, so reset may ignore its key: matrix games, and
+# GRF's academy files, which place every player exactly.
 FIXED_START_PREFIXES = ("matrix:", "football:academy_")
 PREFERRED_REPRESENTATIVES = (
     "mpe:simple_spread_3",

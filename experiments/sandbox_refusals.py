@@ -204,7 +204,8 @@ HOSTILE_CODE: dict[str, tuple[str, tuple[Hostile, ...]]] = {
             Hostile(
                 "list doubled in a loop",
                 "    x = [0]\n    for i in range(40):\n        x = x + x",
-                "exceeded the memory limit of 1024 MiB while tracing",
+                # memory or CPU, whichever limit the child reaches first
+                r"exceeded (the memory limit of 1024 MiB|\d+ s of CPU) while tracing",
                 limits=(("trace_memory_bytes", 1 << 30),),
                 needs_child=True,
             ),

@@ -34,6 +34,7 @@ from envs.football.env import (
 from envs.football.scenarios import KICKOFF_LAYOUT, KICKOFF_PLAYER, RECEIVING_LAYOUT
 
 ELEVEN = "football:11_vs_11_easy_stochastic"
+HARD_SCENARIO = "11_vs_11_hard_stochastic"  # a scenario name, as Football takes it
 FAR_RIGHT = jnp.stack([jnp.full(11, -0.9), jnp.linspace(-0.4, 0.4, 11)], -1)  # [11, 2]
 
 
@@ -434,16 +435,12 @@ def test_a_team_holding_the_ball_still_loses_it_within_a_bounded_time(level):
 
 
 def test_a_keeper_on_its_line_saves_some_close_shots_and_fewer_off_it():
+    """On hard (how the save rate grows with difficulty: ``football_behaviour.py``)."""
     behaviour = _behaviour()
-    for level in ("easy", "hard"):
-        name = f"11_vs_11_{level}_stochastic"
-        res = behaviour.keeper_saves(name, behaviour.KEEPER_SPOTS, 64, seed=0)
-        on, off = res["on_line"], res["off_line"]
-        assert 0.0 < on["saved"] < 1.0 and off["saved"] < on["saved"]
-        assert on["saved"] + on["scored"] == pytest.approx(1.0)
-        if level == "easy":
-            easy_on = on["saved"]
-    assert on["saved"] > easy_on  # a better keeper on hard
+    res = behaviour.keeper_saves(HARD_SCENARIO, behaviour.KEEPER_SPOTS, 64, seed=0)
+    on, off = res["on_line"], res["off_line"]
+    assert 0.0 < on["saved"] < 1.0 and off["saved"] < on["saved"]
+    assert on["saved"] + on["scored"] == pytest.approx(1.0)
 
 
 def test_a_set_piece_lasts_until_the_taker_kicks():

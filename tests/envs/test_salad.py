@@ -219,14 +219,14 @@ def _chop_target(env, state, agent):
 
 @pytest.mark.parametrize("map_name", ["A", "B"])
 def test_every_macro_action_ends_within_its_bound(map_name):
-    """256 kitchens x 800 steps, half under random available actions, half under the
+    """128 kitchens x 600 steps, half under random available actions, half under the
     scripted team with 30% random actions (a learned-like policy): no macro-action runs
     longer than
     ``max_macro_steps`` (a chop no longer than its tries), and none ever reaches it: the
     bound is a guard, walks end by arriving or being blocked."""
     aenv = envs.make_array_env(f"salad:{map_name}")
     env = aenv.env
-    n = 256
+    n = 128
 
     def body(carry, k):
         state, run = carry
@@ -249,7 +249,7 @@ def test_every_macro_action_ends_within_its_bound(map_name):
     def roll(key):
         _, state = jax.vmap(aenv.reset)(jax.random.split(key, n))
         init = (state, jnp.zeros((n, 2), jnp.int32))
-        return jax.lax.scan(body, init, jax.random.split(key, 800))[1]
+        return jax.lax.scan(body, init, jax.random.split(key, 600))[1]
 
     run, macro, won = (np.asarray(x) for x in roll(KEY))
     assert run.max() < env.max_macro_steps

@@ -40,9 +40,11 @@ def _left_on_ball(env, state):
     """``state`` with the left player nearest the ball owning it."""
     import jax.numpy as jnp
 
+    from envs.football.env import BALL_OFFSET
+
     d = ((state.pos[:11] - state.ball) ** 2).sum(-1)
     owner = jnp.argmin(d).astype(jnp.int32)
-    ball = state.pos[owner] + state.facing[owner] * 0.012
+    ball = state.pos[owner] + state.facing[owner] * BALL_OFFSET
     return state.replace(owner=owner, ball=ball, prev_ball=ball, last_touch=jnp.int32(0))
 
 
@@ -90,7 +92,7 @@ def keeper_saves(scenario: str, spots: dict, shots: int, seed: int) -> dict:
     import numpy as np
 
     from envs.football import Football
-    from envs.football.env import SHOT
+    from envs.football.env import BALL_OFFSET, SHOT
 
     env = Football(scenario)
     idle = _idle(env)
@@ -104,7 +106,7 @@ def keeper_saves(scenario: str, spots: dict, shots: int, seed: int) -> dict:
     )
     pos = pos.at[9].set(jnp.array([0.85, 0.0]))
     facing = s.facing.at[9].set(jnp.array([1.0, 0.0]))
-    ball = pos[9] + facing[9] * 0.012
+    ball = pos[9] + facing[9] * BALL_OFFSET
     s = s.replace(
         pos=pos, facing=facing, ball=ball, prev_ball=ball, owner=jnp.int32(9),
         last_touch=jnp.int32(0), game_mode=jnp.int32(0),

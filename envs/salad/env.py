@@ -319,19 +319,19 @@ class SaladKitchen(MultiAgentEnv):
         ) & ~((is_get_food | (macro == GET_PLATE)) & item_unreachable)
         return target, navigates
 
-    def _wants_move(self, state: SaladState, agent: int, macro) -> jax.Array:
-        """Whether the agent's macro-action steps to another cell this step (before any
-        blocking): it walks, its target is reachable and it has not arrived."""
-        target, navigates = self._navigation(state, agent, macro)
+    def _wants_move(self, state: SaladState, agent: int, target, navigates) -> jax.Array:
+        """Whether the agent's macro-action (its ``_navigation``) steps to another cell this
+        step, before any blocking: it walks, its target is reachable and it has not arrived."""
         here = self._distance[target, NUM_CELLS, _cell(state.agent_pos[agent])]
         return navigates & (here < UNREACHABLE) & (here > 0)
 
-    def _intent(self, state: SaladState, agent: int, macro, teammate_moves):
+    def _intent(self, state: SaladState, agent: int, macro, navigation, teammate_moves):
         """(target cell, move?, act?, done) of one agent's running macro-action this step.
 
         ``move``: step to the target cell (a floor cell); ``act``: act on the target cell
         (a neighbouring non-floor cell); neither: stay. ``teammate_moves``: whether the
-        teammate steps this step (``_wants_move``), which decides the route."""
+        teammate steps this step (``_wants_move``), which decides the route;
+        ``navigation``: ``_navigation`` of this agent's macro-action."""
         me = state.agent_pos[agent]
         my_cell = _cell(me)
         other_cell = _cell(state.agent_pos[1 - agent])
@@ -339,7 +339,7 @@ class SaladKitchen(MultiAgentEnv):
         held_is_food = holding & (held < PLATE)
         held_chopped = held_is_food & (state.chops[jnp.minimum(held, 2)] >= CHOPS_NEEDED)
         is_get_food = (macro >= GET_TOMATO) & (macro <= GET_ONION)
-        target, navigates = self._navigation(state, agent, macro)
+        target, navigates = navigation
 
         nbr_cells, on_grid = self._neighbours(me)
         can_chop, chop_cell, chop_food = self._chop_target(state, agent)
@@ -465,8 +465,9 @@ class SaladKitchen(MultiAgentEnv):
     def step_env(self, key: chex.PRNGKey, state: SaladState, actions: dict):
         chosen = jnp.stack([jnp.asarray(actions[a], jnp.int32) for a in self.agents])
         macro = jnp.where(state.busy, state.macro, jnp.clip(chosen, 0, self.num_actions - 1))
-        wants = [self._wants_move(state, i, macro[i]) for i in range(2)]
-        intents = [self._intent(state, i, macro[i], wants[1 - i]) for i in range(2)]
+        navs = [self._navigation(state, i, macro[i]) for i in range(2)]
+        wants = [self._wants_move(state, i, *navs[i]) for i in range(2)]
+        intents = [self._intent(state, i, macro[i], navs[i], wants[1 - i]) for i in range(2)]
         (t0, m0, a0, d0), (t1, m1, a1, d1) = intents
         p0, p1 = _cell(state.agent_pos[0]), _cell(state.agent_pos[1])
         # agent 0 first, unless it walks into agent 1's cell: then agent 1 goes first and

@@ -327,6 +327,7 @@ def run_figure(
                     "test_steps_to": {str(t): _eval_steps_to(out, t) for t in WIN_TARGETS},
                     "env_steps": summary["env_steps"],
                     "wall_s": summary["wall_s"],
+                    "commit": summary.get("commit"),
                     "env_steps_per_s": summary["env_steps_per_s"],
                     "feedback_s": summary.get("feedback_s", 0.0),
                     **_eval_means(out),

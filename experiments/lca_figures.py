@@ -144,6 +144,7 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 "per_seed": summary["final_return_per_seed"],
                 "env_steps": summary["env_steps"],
                 "wall_s": summary["wall_s"],
+                "commit": summary.get("commit"),
                 "steps_to_optimum": _steps_to(out, env),
                 **_team_plus_individual(out),
             }
@@ -174,7 +175,7 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
         RESULTS.mkdir(parents=True, exist_ok=True)
         if not args.only:  # a partial rerun would draw only some of the curves
             plot_runs(dirs, RESULTS / f"{figure}_{env}.png", title=f"{figure}: {env}")
-    # keep the rows of environments (with --only: of variants) not rerun this time
+    # keep the rows of variants not rerun this time (e.g. the language-model ones without --gemma)
     previous = RESULTS / f"{figure}.json"
     if previous.exists():
         new = {(r["env"], r["variant"]) for r in rows}
@@ -182,7 +183,7 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
         kept = [
             r
             for r in old
-            if (r["env"] not in env_names) or (args.only and (r["env"], r["variant"]) not in new)
+            if (r["env"], r["variant"]) not in new
         ]
         place = {(r["env"], r["variant"]): i for i, r in enumerate(old)}  # a rerun row stays put
         rows = sorted(

@@ -94,6 +94,7 @@ def method_row(label: str, run_dir: Path, budget: int | None) -> dict:
         "seeds": int(summary["num_seeds"]),
         "env_steps": int(summary["env_steps"]),
         "wall_s": summary.get("wall_s"),
+        "commit": summary.get("commit"),
     }
     for metric in METRICS:
         steps, values = seed_curves(run_dir, metric)

@@ -132,7 +132,8 @@ def method_row(label: str, run_dir: Path, upto: int | None = None) -> dict:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     if upto is not None:
-        summary = {"num_seeds": summary["num_seeds"], "env_steps": upto, "wall_s": None}
+        summary = {"num_seeds": summary["num_seeds"], "env_steps": upto, "wall_s": None,
+                   "commit": summary.get("commit")}
     stats = ["eval_win_rate", *(f"eval_stat_{s}" for s in (*RADAR, "goals_conceded"))]
     per_seed = tail_means(run_dir, stats, upto)
     return {
@@ -141,6 +142,7 @@ def method_row(label: str, run_dir: Path, upto: int | None = None) -> dict:
         "seeds": int(summary["num_seeds"]),
         "env_steps": int(summary["env_steps"]),
         "wall_s": summary["wall_s"],
+        "commit": summary.get("commit"),
         "env_steps_per_s": summary.get("env_steps_per_s"),
         "train_win_rate": summary.get("final_win_rate_mean"),
         # the sampling policy's episodes during training (the greedy policy of a nearly

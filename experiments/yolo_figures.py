@@ -166,7 +166,8 @@ def pair_rows(figure, cfg, config, baseline_config, runs, metric, marks, total, 
                 },
                 "env_steps": total,
                 "seeds": int(cfg.num_seeds),
-                "wall_s": json.loads((run_dir / "summary.json").read_text())["wall_s"],
+                **{k: json.loads((run_dir / "summary.json").read_text()).get(k)
+                   for k in ("wall_s", "commit")},
             }
         )
     return rows

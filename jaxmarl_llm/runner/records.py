@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from jaxmarl_llm.distributed import is_primary, write_text
 from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.runner.provenance import code_commit
 
 PER_SEED_METRICS = (
     "episode_return",
@@ -247,6 +248,7 @@ def run_summary(cfg: DictConfig, run_dir: Path, env_steps: int, timings: Timings
             timings.run_steps * cfg.num_seeds / timings.run_s if timings.run_s else None
         ),
         "device": str(jax.devices()[0]),
+        "commit": code_commit(),
     }
     wins = final_values(run_dir / "metrics.csv", "win_rate")
     if wins.size:

@@ -121,10 +121,12 @@ def run_figure(
         runs = {"YOLO-MARL": out, "baseline": base_out}
         rows += pair_rows(figure, cfg, config, baseline_config, runs, metric, marks, total)
         dest = RESULTS / config
-        dest.mkdir(parents=True, exist_ok=True)
-        for name in ("comparison.png", "summary.json", "config.yaml"):
-            if (out / name).exists():
-                shutil.copy(out / name, dest / name)
+        base_dest = dest / f"baseline_{Path(baseline_config).stem}"
+        for run_dir, to in ((out, dest), (base_out, base_dest)):
+            to.mkdir(parents=True, exist_ok=True)
+            for name in ("comparison.png", "summary.json", "config.yaml", "eval.csv"):
+                if (run_dir / name).exists():
+                    shutil.copy(run_dir / name, to / name)
         record = out / "yolo" / "planning_function.py"
         if record.exists():
             shutil.copy(record, dest / "planning_function.py")

@@ -1,0 +1,28 @@
+"""runner/provenance.py: the commit a result records, dirty only when code changed."""
+
+import subprocess
+
+from jaxmarl_llm.runner.provenance import code_commit
+
+
+def _git(root, *args):
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+
+def test_commit_is_dirty_only_when_code_changed(tmp_path):
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
+    (tmp_path / "experiments" / "results" / "r.json").write_text("{}\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = code_commit(tmp_path)
+    assert head is not None and len(head) == 7 and "+" not in head
+    (tmp_path / "experiments" / "results" / "r.json").write_text('{"a": 1}\n')
+    assert code_commit(tmp_path) == head  # a rewritten result is not a code change
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert code_commit(tmp_path) == f"{head}+dirty"
+
+
+def test_outside_a_checkout(tmp_path):
+    assert code_commit(tmp_path) is None

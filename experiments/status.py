@@ -763,7 +763,11 @@ def generate(check: bool) -> int:
             print("status check failed:\n  " + "\n  ".join(problems), file=sys.stderr)
             print("run `python experiments/status.py` and commit what it writes", file=sys.stderr)
             return 1
-        print(f"status check passed: {len(rows)} claims, {len(resolver.used)} result files")
+        quotes = "checked" if PAPERS.is_dir() else f"not checked (no {PAPERS})"
+        print(
+            f"status check passed: {len(rows)} claims, {len(resolver.used)} result files; "
+            f"the papers' quotes {quotes}"
+        )
         return 0
     resolver = Resolver(provenance)
     build_rows(spec, resolver)  # every file the claims read, before their commits are known

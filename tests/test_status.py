@@ -139,6 +139,67 @@ def test_blocks_are_replaced_between_markers(status):
         status.replace_block("no markers", "x", "new", "page")
 
 
-def test_the_stored_pages_match_the_files(status):
-    """What CI's `status.py --check` asserts, on the repository's own files."""
+def test_paper_quotes_are_checked_against_the_line(status, tmp_path, monkeypatch):
+    (tmp_path / "p.txt").write_text("intro\nthe method reaches 4.5 on the task\n")
+    monkeypatch.setattr(status, "PAPERS", tmp_path)
+    good = _claim(paper_ref={"line": 2, "quote": "reaches 4.5"})
+    wrong_line = _claim(id="X2", paper_ref={"line": 1, "quote": "reaches 4.5"})
+    assert status.check_paper_quotes(_spec(good)) == []
+    (problem,) = status.check_paper_quotes(_spec(good, wrong_line))
+    assert problem.startswith("X2:")
+
+
+@pytest.fixture
+def project(tmp_path, status, monkeypatch):
+    """A whole project in miniature: claims, one result file, README and a detail page."""
+    experiments = tmp_path / "experiments"
+    results = experiments / "results"
+    (results / "m").mkdir(parents=True)
+    (results / "fig.json").write_text(
+        json.dumps([{"variant": "method", "per_seed": [4.0, 5.0]},
+                    {"variant": "baseline", "per_seed": [2.0, 2.0]}])
+    )  # fmt: skip
+    block = lambda name: f"{status.BEGIN.format(name=name)}\n{status.END.format(name=name)}"
+    (tmp_path / "README.md").write_text(f"# project\n\n{block('results')}\n\nmore\n")
+    (results / "m" / "README.md").write_text(f"# detail\n\n{block('claims')}\n")
+    claim = _claim(values={
+        "m": {"file": "fig.json", "row": {"variant": "method"}, "field": "per_seed"},
+        "b": {"file": "fig.json", "row": {"variant": "baseline"}, "field": "per_seed"},
+    }, ours="{m} vs {b}", figure="results/m/curve.png")  # fmt: skip
+    paper = {"key": "P", "name": "Paper", "file": "p.txt", "detail": "results/m/README.md",
+             "setting": "s", "language_model": "none"}  # fmt: skip
+    legend = {v: "rule" for v in status.VERDICTS}
+    spec = {"legend": legend, "papers": [paper], "claims": [claim]}
+    (experiments / "claims.yaml").write_text(status.yaml.safe_dump(spec))
+    for name, value in {
+        "ROOT": tmp_path, "EXPERIMENTS": experiments, "RESULTS_DIR": results,
+        "CLAIMS": experiments / "claims.yaml", "PAGE": experiments / "RESULTS.md",
+        "README": tmp_path / "README.md", "PROVENANCE": results / "provenance.json",
+        "PAPERS": tmp_path / "no_papers",
+    }.items():  # fmt: skip
+        monkeypatch.setattr(status, name, value)
+    return tmp_path
+
+
+def test_check_fails_when_a_file_or_a_page_drifts(status, project, capsys):
+    assert status.main([]) == 0
+    page = (project / "experiments" / "RESULTS.md").read_text()
+    assert "4.50 ± 0.50 vs 2.00" in page and "| P | 1 | 0 | 0 | 0 | 0 |" in page
+    assert "| P | 1 | 0 | 0 | 0 | 0 |" in (project / "README.md").read_text()
+    detail = (project / "experiments" / "results" / "m" / "README.md").read_text()
+    assert "[curve.png](curve.png)" in detail  # links relative to the detail page
     assert status.main(["--check"]) == 0
+
+    readme = project / "README.md"
+    readme.write_text(readme.read_text().replace("| P | 1 |", "| P | 2 |"))
+    assert status.main(["--check"]) == 1
+    assert "README.md: differs" in capsys.readouterr().err
+    assert status.main([]) == 0
+
+    fig = project / "experiments" / "results" / "fig.json"
+    fig.write_text(fig.read_text().replace("5.0", "5.5"))
+    assert status.main(["--check"]) == 1
+    assert "fig.json: changed since the page was written" in capsys.readouterr().err
+    fig.write_text(fig.read_text().replace("[4.0, 5.5]", "[1.0, 1.5]"))
+    assert status.main([]) == 1  # the data no longer support "m > b"
+    assert "no longer support" in capsys.readouterr().err

@@ -65,7 +65,8 @@ LABEL_SOURCES = (
 # phrase that narrates is refused in every page below.
 NARRATION = re.compile(
     r"\bissues? #?\d+|\b20\d\d-\d\d-\d\d\b|\b(this|earlier|previous) "
-    r"(round|session|attempt)s?\b|\b(last|next) (session|attempt)s?\b|\bbefore the (refactor|fix|fixes)\b|\bno time left\b|"
+    r"(round|session|attempt)s?\b|\b(last|next) (session|attempt)s?\b|"
+    r"\bbefore the (refactor|fix|fixes)\b|\bno time left\b|"
     r"\bearlier (code|runs?|rounds?|version|tables?|settings?|env|commits?)\b|\bsuperseded\b|"
     r"\bused to\b|\bno longer\b|\bnow\b|\brerun on the current\b",
     re.IGNORECASE,
@@ -713,15 +714,18 @@ def results_page(spec: dict, rows: list[Row]) -> str:
     ]
     for p in spec["papers"]:
         paper_rows = [r for r in rows if r.claim["paper"] == p["key"]]
-        out += [
-            f"## {p['name']}",
-            "",
-            " ".join(p["setting"].split()),
-            f"Details: [`{p['detail']}`]({p['detail']}).",
-            "",
-            claims_table(paper_rows),
-            "",
-        ]
+        claims = [r for r in paper_rows if r.claim["verdict"] != "extension"]
+        extensions = [r for r in paper_rows if r.claim["verdict"] == "extension"]
+        out += [f"## {p['name']}", "", " ".join(p["setting"].split()),
+                f"Details: [`{p['detail']}`]({p['detail']}).", ""]  # fmt: skip
+        if claims:
+            out += [claims_table(claims), ""]
+        if extensions:
+            listed = "; ".join(f"{r.claim['id']} {r.claim['claim']}" for r in extensions)
+            out += [
+                f"Extensions, not in the paper (their rows are in the detail page): {listed}.",
+                "",
+            ]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -805,8 +809,9 @@ def generate(check: bool) -> int:
     PROVENANCE.write_text(json.dumps(provenance, indent=1, sort_keys=True) + "\n")
     for path, text in outputs(spec, rows).items():
         path.write_text(text)
+    problems += check_wording()
     if problems:
-        print("paper quotes not found:\n  " + "\n  ".join(problems), file=sys.stderr)
+        print("to fix:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
     print(f"wrote {PAGE.relative_to(ROOT)}: {len(rows)} claims, {len(resolver.used)} files")
     return 0

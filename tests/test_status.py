@@ -203,3 +203,15 @@ def test_check_fails_when_a_file_or_a_page_drifts(status, project, capsys):
     fig.write_text(fig.read_text().replace("[4.0, 5.5]", "[1.0, 1.5]"))
     assert status.main([]) == 1  # the data no longer support "m > b"
     assert "no longer support" in capsys.readouterr().err
+
+
+def test_narration_in_a_results_page_is_refused(status, tmp_path):
+    page = tmp_path / "experiments" / "results" / "m" / "README.md"
+    page.parent.mkdir(parents=True)
+    page.write_text(
+        "LCA 4.67 (`fig3.json`), after the last round of feedback.\n"
+        "The env now saves more shots; fixed in issue 42, superseded by the rerun.\n"
+    )
+    found = status.check_wording(tmp_path)
+    assert [p.split(": ", 1)[1] for p in found] == ["'now'", "'issue 42'", "'superseded'"]
+    assert all(p.startswith("experiments/results/m/README.md:2:") for p in found)

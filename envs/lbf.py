@@ -15,12 +15,14 @@ WEST, EAST, LOAD``. Each step, as in ``lbforaging``:
 
 ``lbf:8x8-2p-2f-coop`` is the paper's scenario (``Foraging-8x8-2p-2f-coop-v2``): 8x8 grid,
 2 agents of level 1 or 2, 2 food items whose level is the sum of the agents' levels, so
-both agents must load together; full observability; 50 steps. Food never spawns on the
-border or next to other food; agents spawn on free cells.
+both agents must load together; full observability; 50 steps. As in ``lbforaging``'s
+``reset``, agents spawn first on distinct cells, then each food on a free inner cell with no
+food in its 3x3 neighbourhood nor within two cells in a straight line.
 
-Observation of agent ``i`` (``lbforaging``'s vector form): for each food ``(row, col,
-level)`` (``(-1, -1, 0)`` once collected), then for each agent, itself first,
-``(row, col, level)``.
+Observation of agent ``i`` (``lbforaging``'s vector form, ``_make_gym_obs``): the food still
+on the field as ``(row, col, level)`` in row-major order, then ``(-1, -1, 0)`` for each
+collected one, then for each agent, itself first, ``(row, col, level)``. A food's slot thus
+changes when an earlier one is collected, as in the real env.
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ class LBFState:
     food_level: chex.Array  # [F] int32
     food_alive: chex.Array  # [F] bool
     step: chex.Array  # [] int32
+
+
+def food_order(state: LBFState, grid_size: int) -> chex.Array:
+    """``[F]`` state indices of the food in the observation's order: the food still on the
+    field row-major (``np.nonzero`` of ``lbforaging``'s field), then the collected food."""
+    cell = state.food_pos[:, 0] * grid_size + state.food_pos[:, 1]
+    return jnp.argsort(jnp.where(state.food_alive, cell, grid_size**2 + cell))
 
 
 class LevelBasedForaging(MultiAgentEnv):
@@ -87,8 +96,10 @@ class LevelBasedForaging(MultiAgentEnv):
     # every step, and jax.random's rolled threefry loops, a sort (``jax.random.choice``
     # without replacement) or a ``reduce_window`` there made the reset 70x the step on CPU.
     def _spawn(self, key) -> tuple[chex.Array, chex.Array, chex.Array]:
-        """Food cells off the border and not 8-adjacent to each other; agents on free
-        cells; agent levels. Returns ``(food_pos [F, 2], agent_pos [N, 2], levels [N])``."""
+        """``lbforaging``'s order: agents on distinct cells anywhere, then food on free
+        inner cells with no other food in the 3x3 box around them or within two cells in a
+        straight line (``spawn_food``'s two ``neighborhood`` checks); agent levels.
+        Returns ``(food_pos [F, 2], agent_pos [N, 2], levels [N])``."""
         g, f, n = self.grid_size, self.num_food, self.num_agents
         cells = g * g
         u = fast_random.uniform(key, f + 2 * n)
@@ -102,21 +113,21 @@ class LevelBasedForaging(MultiAgentEnv):
             k = jnp.minimum((u[i] * count).astype(jnp.int32), count - 1)
             return jnp.argmax(jnp.cumsum(allowed) > k)
 
-        inner = (row > 0) & (row < g - 1) & (col > 0) & (col < g - 1)
-        allowed, taken, picked = inner, jnp.zeros((cells,), bool), []
-        for i in range(f):
-            c = draw(i, allowed)
-            picked.append(c)
-            near = (jnp.abs(row - c // g) <= 1) & (jnp.abs(col - c % g) <= 1)
-            allowed = allowed & ~near
-            taken = taken | (jnp.arange(cells) == c)
-        food = jnp.stack(picked)
-        picked = []
+        taken, picked = jnp.zeros((cells,), bool), []
         for i in range(n):
-            c = draw(f + i, ~taken)
+            c = draw(i, ~taken)
             picked.append(c)
             taken = taken | (jnp.arange(cells) == c)
         agents = jnp.stack(picked)
+        inner = (row > 0) & (row < g - 1) & (col > 0) & (col < g - 1)
+        allowed, picked = inner & ~taken, []
+        for i in range(f):
+            c = draw(n + i, allowed)
+            picked.append(c)
+            dr, dc = jnp.abs(row - c // g), jnp.abs(col - c % g)
+            near = ((dr <= 1) & (dc <= 1)) | ((dr == 0) & (dc <= 2)) | ((dc == 0) & (dr <= 2))
+            allowed = allowed & ~near
+        food = jnp.stack(picked)
         to_pos = lambda c: jnp.stack([c // g, c % g], -1).astype(jnp.int32)
         return to_pos(food), to_pos(agents), levels
 
@@ -190,7 +201,9 @@ class LevelBasedForaging(MultiAgentEnv):
     # ----- views --------------------------------------------------------------------------
     def get_obs(self, state: LBFState) -> dict:
         food = jnp.concatenate([state.food_pos, state.food_level[:, None]], -1).astype(jnp.float32)
-        food = jnp.where(state.food_alive[:, None], food, jnp.array([-1.0, -1.0, 0.0]))
+        order = food_order(state, self.grid_size)
+        alive = state.food_alive[order]
+        food = jnp.where(alive[:, None], food[order], jnp.array([-1.0, -1.0, 0.0]))
         agents = jnp.concatenate([state.agent_pos, state.agent_level[:, None]], -1).astype(
             jnp.float32
         )

@@ -64,8 +64,9 @@ def value_at(run_dir: Path, step: int, metric: str) -> float | None:
 
 
 def eval_value_at(run_dir: Path, step: int, metric: str) -> float | None:
-    """Mean over seeds of the greedy evaluations (``eval.csv``) in
-    ``(step - EVAL_WINDOW * total, step]``; None for runs without evaluations there."""
+    """Mean over seeds of the evaluations (``eval.csv``: greedy, or ``eval_sampled_*`` for
+    the sampled policy) in ``(step - EVAL_WINDOW * total, step]``; None for runs without
+    evaluations there."""
     import numpy as np
 
     from jaxmarl_llm.plotting import load_metrics, seed_columns
@@ -142,6 +143,10 @@ def run_figure(
     tables = "Exploring policy during training:\n\n" + markdown_table(rows)
     if any(v is not None for r in rows for v in r["eval_marks"].values()):
         tables += "\nGreedy evaluation (eval.csv):\n\n" + markdown_table(rows, "eval_marks")
+    sampled = [r for r in rows if any(v is not None for v in r.get("sampled_marks", {}).values())]
+    if sampled:
+        tables += "\nSampled-policy evaluation (eval.csv; EPyMARL's test mode):\n\n"
+        tables += markdown_table(sampled, "sampled_marks")
     (RESULTS / f"{figure}.md").write_text(tables)
     print(tables)
     return rows
@@ -166,10 +171,20 @@ def pair_rows(figure, cfg, config, baseline_config, runs, metric, marks, total, 
                 "eval_marks": {
                     str(m): eval_value_at(run_dir, m, EVAL_METRIC[metric]) for m in marks
                 },
+                # the sampled policy's test episodes: EPyMARL's MAPPO tests this way, so
+                # these are the figures comparable with the paper's Table 1
+                "sampled_marks": {
+                    str(m): eval_value_at(
+                        run_dir, m, EVAL_METRIC[metric].replace("eval_", "eval_sampled_")
+                    )
+                    for m in marks
+                },
                 "env_steps": total,
                 "seeds": int(cfg.num_seeds),
-                **{k: json.loads((run_dir / "summary.json").read_text()).get(k)
-                   for k in ("wall_s", "commit")},
+                **{
+                    k: json.loads((run_dir / "summary.json").read_text()).get(k)
+                    for k in ("wall_s", "commit")
+                },
             }
         )
     return rows

@@ -63,6 +63,9 @@ class EvalConfig:
     every: int = 0  # chunks (of log_every updates) between evaluations; 0: never
     episodes: int = 32  # per seed, one per parallel env (PyMARL's test_nepisode)
     max_steps: int = 1000  # step cap; an episode still running then is left out
+    # also play the sampled policy (eval_sampled_* columns), as EPyMARL's actor-critic
+    # test episodes do; learners with a stochastic policy only
+    sampled: bool = False
 
 
 @dataclass

@@ -79,7 +79,8 @@ class Learner(NamedTuple):
 
 class LearnerParts:
     """What a learner class provides (every algorithm is one): ``init``, ``update``,
-    ``collect`` and the greedy policy's ``greedy_carry`` / ``greedy_act`` as methods,
+    ``collect`` and the greedy policy's ``greedy_carry`` / ``greedy_act`` (and, for a
+    stochastic policy, ``sample_act``) as methods,
     ``num_updates`` and ``env_steps_per_update`` as attributes; ``learner()`` assembles
     them into the ``Learner`` the runner drives."""
 
@@ -93,7 +94,9 @@ class LearnerParts:
             num_updates=self.num_updates,
             env_steps_per_update=self.env_steps_per_update,
             collect=getattr(self, "collect", None),
-            policy=GreedyPolicy(self.greedy_carry, self.greedy_act),
+            policy=GreedyPolicy(
+                self.greedy_carry, self.greedy_act, getattr(self, "sample_act", None)
+            ),
             shard_local_state=getattr(self, "shard_local_state", False),
         )
 

@@ -1,4 +1,4 @@
-"""Greedy evaluation: the learner's deterministic policy on fresh episodes.
+"""Evaluation on fresh episodes: the learner's greedy policy, or its sampled one.
 
 Training curves show the *exploring* policy (sampled PPO actions, epsilon-greedy QMIX,
 Gumbel-sampled MADDPG); papers report test episodes of the greedy policy (PyMARL's
@@ -7,7 +7,9 @@ Gumbel-sampled MADDPG); papers report test episodes of the greedy policy (PyMARL
 episode, so every episode counts once and short episodes are not over-represented
 (counting every episode that ends within a fixed window would favour them, e.g. quick
 SMAX wins). It runs under ``jit`` and ``vmap`` (over seeds) and leaves the train state
-as it was.
+as it was. ``sampled=True`` plays the stochastic policy instead, as EPyMARL's
+actor-critic test episodes do (its action selector samples in test mode): the figure that
+EPyMARL-based papers report for MAPPO and IPPO.
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ EVAL_METRICS = ("eval_return", "eval_length", "eval_win_rate", "eval_episodes")
 
 
 class GreedyPolicy(NamedTuple):
-    """A learner's deterministic policy.
+    """A learner's deterministic policy, and its stochastic one where it has one.
 
     ``init_carry(train_state, num_envs)`` gives the recurrent carry for fresh episodes
     (``None`` for feed-forward policies); ``act(train_state, carry, obs [E, N, D],
     avail [E, N, A], first [E]) -> (carry, actions [E, N])`` picks the most likely
-    legal action of every agent (``first`` marks observations that start an episode).
+    legal action of every agent (``first`` marks observations that start an episode);
+    ``sample`` takes the same arguments and a key last, and draws every agent's action
+    from its policy (None for value-based learners, whose test policy is greedy).
     """
 
     init_carry: Callable[[Any, int], Any]
     act: Callable[[Any, Any, jax.Array, jax.Array, jax.Array], tuple[Any, jax.Array]]
+    sample: Callable[..., tuple[Any, jax.Array]] | None = None
 
 
 @struct.dataclass
@@ -64,13 +69,16 @@ class EpisodeEnds(NamedTuple):
 
 
 def make_play_episodes(
-    env: ArrayEnv, policy: GreedyPolicy, num_episodes: int, max_steps: int
+    env: ArrayEnv, policy: GreedyPolicy, num_episodes: int, max_steps: int, sampled: bool = False
 ) -> Callable[[Any, jax.Array], EpisodeEnds]:
-    """``play(train_state, key) -> EpisodeEnds`` of ``num_episodes`` greedy episodes."""
+    """``play(train_state, key) -> EpisodeEnds`` of ``num_episodes`` greedy episodes (of
+    the sampled policy with ``sampled``)."""
     if num_episodes <= 0 or max_steps <= 0:
         raise ValueError(
             f"evaluation needs num_episodes > 0 and max_steps > 0, got {num_episodes}, {max_steps}"
         )
+    if sampled and policy.sample is None:
+        raise ValueError("sampled evaluation needs a policy that samples (policy.sample)")
     E = int(num_episodes)
     reduce = {"mean": jnp.mean, "sum": jnp.sum}[env.return_reduction]
 
@@ -102,8 +110,12 @@ def make_play_episodes(
             return jnp.any(~c.finished) & (c.t < max_steps)
 
         def step(c: _Episodes) -> _Episodes:
-            key, r_env = jax.random.split(c.key)
-            carry, actions = policy.act(train_state, c.carry, c.obs, c.avail, c.first)
+            if sampled:
+                key, r_env, r_act = jax.random.split(c.key, 3)
+                carry, actions = policy.sample(train_state, c.carry, c.obs, c.avail, c.first, r_act)
+            else:  # the greedy path keeps its key stream: its numbers do not move
+                key, r_env = jax.random.split(c.key)
+                carry, actions = policy.act(train_state, c.carry, c.obs, c.avail, c.first)
             res = jax.vmap(env.step)(jax.random.split(r_env, E), c.env_state, actions)
             ends = res.done & ~c.finished
             return c.replace(
@@ -129,25 +141,26 @@ def make_play_episodes(
     return play
 
 
-def summarize_episodes(env: ArrayEnv, ends: EpisodeEnds) -> dict:
-    """The evaluation metrics of ``make_evaluate`` from the episodes that finished."""
+def summarize_episodes(env: ArrayEnv, ends: EpisodeEnds, prefix: str = "eval") -> dict:
+    """The evaluation metrics of ``make_evaluate`` from the episodes that finished, named
+    ``<prefix>_return`` and so on."""
     done = ends.finished.astype(jnp.float32)
     n = done.sum()
     mean = lambda x: jnp.where(n > 0, (x * done).sum() / jnp.maximum(n, 1.0), jnp.nan)
     metrics = {
-        "eval_return": mean(ends.episode_return),
-        "eval_length": mean(ends.length.astype(jnp.float32)),
-        "eval_episodes": n,
+        f"{prefix}_return": mean(ends.episode_return),
+        f"{prefix}_length": mean(ends.length.astype(jnp.float32)),
+        f"{prefix}_episodes": n,
     }
     if env.has_won:
-        metrics["eval_win_rate"] = mean(ends.won.astype(jnp.float32))
+        metrics[f"{prefix}_win_rate"] = mean(ends.won.astype(jnp.float32))
     for name, value in (ends.stats or {}).items():
-        metrics[f"eval_stat_{name}"] = mean(value)
+        metrics[f"{prefix}_stat_{name}"] = mean(value)
     return metrics
 
 
 def make_evaluate(
-    env: ArrayEnv, policy: GreedyPolicy, num_episodes: int, max_steps: int
+    env: ArrayEnv, policy: GreedyPolicy, num_episodes: int, max_steps: int, sampled: bool = False
 ) -> Callable[[Any, jax.Array], dict]:
     """``evaluate(train_state, key) -> metrics`` of ``num_episodes`` greedy episodes.
 
@@ -155,7 +168,9 @@ def make_evaluate(
     published numbers are: ``ArrayEnv.return_reduction``), ``eval_length``,
     ``eval_win_rate`` (where the env reports wins) and ``eval_episodes``, the number of
     episodes that ended within ``max_steps`` steps; only those are averaged (NaN where
-    none ended).
+    none ended). With ``sampled`` the episodes are the sampled policy's, named
+    ``eval_sampled_return`` and so on.
     """
-    play = make_play_episodes(env, policy, num_episodes, max_steps)
-    return lambda train_state, key: summarize_episodes(env, play(train_state, key))
+    play = make_play_episodes(env, policy, num_episodes, max_steps, sampled)
+    prefix = "eval_sampled" if sampled else "eval"
+    return lambda train_state, key: summarize_episodes(env, play(train_state, key), prefix)

@@ -201,6 +201,11 @@ class HAPPO(PPO):
         logits = self.masked(self.actor_logits(s.params["actor"], self.actor_inputs(obs)), avail)
         return carry, jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
+    def sample_act(self, s: HAPPOState, carry, obs, avail, first, key):
+        """Every agent's action drawn from its own actor over the legal actions."""
+        logits = self.masked(self.actor_logits(s.params["actor"], self.actor_inputs(obs)), avail)
+        return carry, jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
     # ----- losses and steps ------------------------------------------------------------
     def agent_policy(self, agent_params, batch: ActorBatch) -> distrax.Categorical:
         """One agent's policy on its share of a rollout (or a minibatch of it)."""

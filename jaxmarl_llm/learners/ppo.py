@@ -482,6 +482,17 @@ class PPO(LearnerParts):
     def greedy_act(self, s: PPOState, carry, obs, avail, first):
         """The most likely legal action of every agent (the actor alone): obs ``[B, N, D]``
         -> ``(carry, actions [B, N])``."""
+        carry, logits = self.eval_logits(s, carry, obs, avail, first)
+        return carry, jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def sample_act(self, s: PPOState, carry, obs, avail, first, key):
+        """Every agent's action drawn from its policy over the legal actions, as EPyMARL's
+        test episodes draw them."""
+        carry, logits = self.eval_logits(s, carry, obs, avail, first)
+        return carry, jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+    def eval_logits(self, s: PPOState, carry, obs, avail, first):
+        """The actor's masked logits ``[B, N, A]`` for evaluation, and its next carry."""
         x = self.actor_inputs(obs)
         if self.recurrent:
             resets = jnp.broadcast_to(first[:, None], obs.shape[:-1])[None]
@@ -494,7 +505,7 @@ class PPO(LearnerParts):
             logits = flat.reshape(*x.shape[:-1], -1)
         else:
             logits = self.net.apply(s.params, x, method="policy_logits")
-        return carry, jnp.argmax(self.masked(logits, avail), axis=-1).astype(jnp.int32)
+        return carry, self.masked(logits, avail)
 
     def greedy_carry(self, s: PPOState, num_envs: int):
         """The actor's starting carry ``[num_envs, N, H]`` for evaluation (None if FF)."""

@@ -1,6 +1,6 @@
-"""The greedy evaluation a run makes between chunks (``eval.every`` > 0): every seed's
-deterministic policy over ``eval.episodes`` episodes, with keys fixed by the seed and
-the update count."""
+"""The evaluation a run makes between chunks (``eval.every`` > 0): every seed's
+deterministic policy over ``eval.episodes`` episodes (and its sampled policy with
+``eval.sampled``), with keys fixed by the seed and the update count."""
 
 from __future__ import annotations
 
@@ -22,8 +22,22 @@ def seed_evaluate(cfg: DictConfig, env, learner) -> Callable | None:
             f"eval.every={cfg.eval.every}: algo {cfg.algo.name!r} has no greedy policy to "
             "evaluate; set eval.every=0"
         )
-    fn = make_evaluate(env, learner.policy, int(cfg.eval.episodes), int(cfg.eval.max_steps))
-    return jax.jit(jax.vmap(fn))
+    episodes, max_steps = int(cfg.eval.episodes), int(cfg.eval.max_steps)
+    greedy = make_evaluate(env, learner.policy, episodes, max_steps)
+    if not cfg.eval.get("sampled", False):
+        return jax.jit(jax.vmap(greedy))
+    if learner.policy.sample is None:
+        raise ConfigError(
+            f"eval.sampled=true: algo {cfg.algo.name!r} has no stochastic policy to sample "
+            "(value-based learners test greedily); set eval.sampled=false"
+        )
+    sampled = make_evaluate(env, learner.policy, episodes, max_steps, sampled=True)
+
+    def both(state, key):
+        # the greedy episodes keep the key they had without sampled ones
+        return {**greedy(state, key), **sampled(state, jax.random.fold_in(key, 0x5A))}
+
+    return jax.jit(jax.vmap(both))
 
 
 def eval_keys(cfg: DictConfig, updates_done: int) -> jax.Array:

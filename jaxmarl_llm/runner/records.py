@@ -200,7 +200,7 @@ def final_eval(csv_path: Path) -> dict:
         return {}
     last = rows[-1]
     out = {"final_eval_env_steps": int(last["env_steps"])}
-    for metric in ("eval_return", "eval_win_rate"):
+    for metric in ("eval_return", "eval_win_rate", "eval_sampled_return", "eval_sampled_win_rate"):
         seeds = [float(last[c]) for c in last if c.startswith(f"{metric}/seed")]
         if seeds:
             out[f"final_{metric}_mean"] = float(np.nanmean(seeds))

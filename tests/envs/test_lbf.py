@@ -77,7 +77,6 @@ def test_reset_follows_the_coop_scenario(env):
         g = env.grid_size
         food = np.asarray(s.food_pos)
         assert ((food > 0) & (food < g - 1)).all()  # never on the border
-        assert np.abs(food[0] - food[1]).max() > 1  # never next to each other
         assert (np.asarray(s.food_level) == int(s.agent_level.sum())).all()  # coop
         cells = {tuple(p) for p in np.asarray(s.agent_pos)} | {tuple(p) for p in food}
         assert len(cells) == 4
@@ -91,3 +90,32 @@ def test_timeout_ends_the_episode(env):
     )
     _, r, done = _step(env, s, NONE, NONE)
     assert done and r.sum() == 0.0
+
+
+def test_food_spawns_apart_as_lbforaging_does(env):
+    """``spawn_food``: no other food in the 3x3 box nor within two cells in a straight line,
+    never on an agent; over many resets every allowed gap occurs (a knight's move, two
+    cells diagonally) and no forbidden one."""
+    _, states = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(1), 4096))
+    food, agents = np.asarray(states.food_pos), np.asarray(states.agent_pos)
+    dr, dc = np.abs(food[:, 0] - food[:, 1]).T
+    box = (dr <= 1) & (dc <= 1)
+    line = ((dr == 0) & (dc <= 2)) | ((dc == 0) & (dr <= 2))
+    assert not (box | line).any()
+    assert ((dr == 1) & (dc == 2)).any() and ((dr == 2) & (dc == 2)).any()
+    on_agent = (food[:, :, None, :] == agents[:, None, :, :]).all(-1).any()
+    assert not on_agent and (agents[:, 0] != agents[:, 1]).any(-1).all()
+
+
+def test_observation_lists_the_remaining_food_first_in_row_major_order(env):
+    # food 1 at (2, 5) comes before food 0 at (4, 2) in row-major order
+    s = _state([[0, 0], [7, 7]], [1, 2], [[4, 2], [2, 5]], [3, 3])
+    obs = jax.jit(env.get_obs)(s)
+    np.testing.assert_array_equal(np.asarray(obs["agent_0"])[:6], [2, 5, 3, 4, 2, 3])
+    # once (2, 5) is collected the other food moves into the first slot, padding after it
+    obs = jax.jit(env.get_obs)(s.replace(food_alive=jnp.array([True, False])))
+    np.testing.assert_array_equal(np.asarray(obs["agent_1"])[:6], [4, 2, 3, -1, -1, 0])
+    np.testing.assert_array_equal(np.asarray(obs["agent_1"])[6:], [7, 7, 2, 0, 0, 1])
+    # a row-major tie on the row breaks on the column
+    s = _state([[0, 0], [7, 7]], [1, 1], [[3, 5], [3, 2]], [2, 2])
+    np.testing.assert_array_equal(np.asarray(env.get_obs(s)["agent_0"])[:6], [3, 2, 2, 3, 5, 2])

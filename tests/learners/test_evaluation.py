@@ -1,4 +1,5 @@
-"""Greedy evaluation: known answers on a toy env, every learner's greedy policy, no retracing."""
+"""Evaluation: known answers on a toy env, every learner's greedy policy, PPO's sampled
+policy, no retracing."""
 
 import chex
 import jax
@@ -168,3 +169,54 @@ def test_evaluation_compiles_once_and_leaves_the_state_alone():
         evaluate(state, jax.random.PRNGKey(i))
     assert len(traces) == 1
     chex.assert_trees_all_equal(before, jax.tree.map(np.asarray, state))
+
+
+def test_sampled_evaluation_draws_from_the_policy_over_legal_actions():
+    """PPO's ``sample_act`` follows the masked policy's probabilities (the masked action
+    never), and ``make_evaluate(sampled=True)`` plays it under its own metric names."""
+    env = ArrayEnv(MaskedBandit())
+    learner = make_learner(_cfg("ippo"), env, identity_shaper())
+    state = learner.init(jax.random.PRNGKey(0))
+    obs = jnp.tile(jnp.array([0.0, 1.0]), (512, 2, 1))
+    avail = jnp.tile(jnp.array([True, True, True, False]), (512, 2, 1))
+    first = jnp.ones((512,), bool)
+    policy = learner.policy
+    _, greedy = policy.act(state, None, obs, avail, first)
+    draws = jnp.stack(
+        [policy.sample(state, None, obs, avail, first, k)[1] for k in jax.random.split(
+            jax.random.PRNGKey(1), 8)]
+    )  # fmt: skip
+    counts = np.bincount(np.asarray(draws).ravel(), minlength=4) / draws.size
+    assert counts[3] == 0.0  # never the unavailable action
+    assert (counts[:3] > 0.1).all()  # an untrained policy is near uniform over the legal three
+    greedy = np.asarray(greedy)
+    assert (greedy == greedy[0]).all()  # greedy: one action per agent for one observation
+    m = jax.jit(make_evaluate(env, policy, 64, 50, sampled=True))(state, jax.random.PRNGKey(2))
+    assert set(m) >= {"eval_sampled_return", "eval_sampled_length", "eval_sampled_episodes"}
+    # 4 steps, the best action paying 1 with probability about 1/3
+    assert 0.8 < float(m["eval_sampled_return"]) < 2.0
+
+
+def test_sampled_evaluation_needs_a_stochastic_policy():
+    env = ArrayEnv(MaskedBandit())
+    with pytest.raises(ValueError, match="policy that samples"):
+        make_evaluate(env, constant_policy(1), 8, 10, sampled=True)
+
+
+def test_runner_refuses_sampled_evaluation_of_a_value_based_learner():
+    from omegaconf import OmegaConf
+
+    from jaxmarl_llm.errors import ConfigError
+    from jaxmarl_llm.runner.evaluation import seed_evaluate
+
+    env = ArrayEnv(MaskedBandit())
+    evaluation = {"every": 1, "episodes": 4, "max_steps": 10, "sampled": True}
+    cfg = OmegaConf.create({"algo": {"name": "qmix"}, "eval": evaluation})
+    learner = make_learner(_cfg("qmix"), env, identity_shaper())
+    with pytest.raises(ConfigError, match="eval.sampled=true: algo 'qmix'"):
+        seed_evaluate(cfg, env, learner)
+    ppo = make_learner(_cfg("ippo"), env, identity_shaper())
+    both = seed_evaluate(cfg, env, ppo)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    m = both(jax.vmap(ppo.init)(keys), keys)
+    assert {"eval_return", "eval_sampled_return"} <= set(m) and m["eval_return"].shape == (2,)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import envs
-from envs.lbf import EAST, LOAD, NONE, WEST, LBFState
+from envs.lbf import EAST, LOAD, NONE, NORTH, SOUTH, WEST, LBFState
 from jaxmarl_llm.config import build_config
 from jaxmarl_llm.methods.yolo import YOLOConfig, planning_bonus
 from jaxmarl_llm.methods.yolo.lbf import REFERENCE_PLANNING_FUNCTION
@@ -334,8 +334,15 @@ def test_without_interpretation_the_code_reads_raw_observations(tmp_path):
     assert "def interpret" not in prompt and "for each food (row, col, level)" in prompt
     s = _state()
     np.testing.assert_array_equal(plan.tasks(s), [0, 0])
-    gone = s.replace(food_alive=jnp.array([False, True]))  # food 0 shows as (-1, -1, 0)
-    np.testing.assert_array_equal(plan.tasks(gone), [1, 1])
+    # once the food at (3, 3) is collected the one at (6, 6) moves into the observation's
+    # first slot, so the plan's food 0 is it: the tasks name it, moving toward it matches
+    gone = s.replace(food_alive=jnp.array([False, True]))
+    np.testing.assert_array_equal(plan.tasks(gone), [0, 0])
+    from jaxmarl_llm.methods.yolo.lbf import action_matches
+
+    toward = action_matches(gone, jnp.array([0, 0]), jnp.array([SOUTH, SOUTH]))
+    away = action_matches(gone, jnp.array([0, 0]), jnp.array([NORTH, NORTH]))
+    assert np.asarray(toward).all() and not np.asarray(away).any()
 
 
 REWARD_ANSWER = """```python

@@ -182,11 +182,12 @@ def test_the_reference_lbf_plan_compiles_and_its_tasks_lead_to_the_food():
     from jaxmarl_llm.methods.yolo.lbf import (
         REFERENCE_PLANNING_FUNCTION,
         action_matches,
-        interpret,
+        make_interpret,
         task_constants,
     )
 
     env = envs.make("lbf:8x8-2p-2f-coop")
+    interpret = make_interpret(env.grid_size)
     state = LBFState(
         agent_pos=jnp.array([[1, 1], [6, 6]], jnp.int32),
         agent_level=jnp.array([1, 1], jnp.int32),

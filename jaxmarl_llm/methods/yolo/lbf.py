@@ -1,9 +1,12 @@
 """YOLO-MARL on Level-Based Foraging: state interpretation, tasks, task-to-action matching.
 
-- ``interpret(state)``: the pure function from the env state to the named parts the
-  planning function reads; its source (with the docstring) is what the model is shown
-  (appendix C.2).
-- Tasks (section 5, LBF): ``TARGET_FOOD_0 .. TARGET_FOOD_{F-1}``, then ``PICKUP``.
+- ``make_interpret(grid_size)(state)``: the pure function from the env state to the named
+  parts the planning function reads; its source (with the docstring) is what the model is
+  shown (appendix C.2).
+- Tasks (section 5, LBF): ``TARGET_FOOD_0 .. TARGET_FOOD_{F-1}``, then ``PICKUP``. Food
+  ``i`` is the ``i``-th in the observation's order (the food still on the grid row-major,
+  then the collected food), in the interpreted state as in the raw observation, so a plan
+  reads the same indices either way.
 - ``action_matches(state, tasks, actions)``: "target food i" accepts a move that brings
   the agent closer (Manhattan) to a cell next to food i, and ``LOAD`` once it is next to
   it (the paper's rule); "pickup" accepts ``LOAD``. A task naming collected food accepts
@@ -24,30 +27,37 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from envs.lbf import LOAD, MOVES, LBFState
+from envs.lbf import LOAD, MOVES, LBFState, food_order
 
 
-def interpret(state: LBFState) -> dict:
-    """Named parts of a Level-Based Foraging state.
+def make_interpret(grid_size: int):
+    def interpret(state: LBFState) -> dict:
+        """Named parts of a Level-Based Foraging state. Food items are listed as the
+        agents' observation lists them: those still on the grid first (row by row), then
+        those collected.
 
-    Returns a dict of arrays:
-        agent_pos: [N, 2] (row, col) of every agent.
-        agent_level: [N] level of every agent.
-        food_pos: [F, 2] (row, col) of every food item.
-        food_level: [F] level of every food item.
-        food_alive: [F] 1 while the food is still on the grid, 0 once collected.
-        distance: [N, F] Manhattan distance from each agent to each food item
-            (1 means adjacent: the agent can load it).
-    """
-    d = jnp.abs(state.agent_pos[:, None, :] - state.food_pos[None, :, :]).sum(-1)
-    return {
-        "agent_pos": state.agent_pos,
-        "agent_level": state.agent_level,
-        "food_pos": state.food_pos,
-        "food_level": state.food_level,
-        "food_alive": state.food_alive.astype(jnp.int32),
-        "distance": d,
-    }
+        Returns a dict of arrays:
+            agent_pos: [N, 2] (row, col) of every agent.
+            agent_level: [N] level of every agent.
+            food_pos: [F, 2] (row, col) of every food item.
+            food_level: [F] level of every food item.
+            food_alive: [F] 1 while the food is still on the grid, 0 once collected.
+            distance: [N, F] Manhattan distance from each agent to each food item
+                (1 means adjacent: the agent can load it).
+        """
+        order = food_order(state, grid_size)
+        food_pos = state.food_pos[order]
+        d = jnp.abs(state.agent_pos[:, None, :] - food_pos[None, :, :]).sum(-1)
+        return {
+            "agent_pos": state.agent_pos,
+            "agent_level": state.agent_level,
+            "food_pos": food_pos,
+            "food_level": state.food_level[order],
+            "food_alive": state.food_alive[order].astype(jnp.int32),
+            "distance": d,
+        }
+
+    return interpret
 
 
 def task_constants(num_food: int) -> dict[str, int]:
@@ -81,7 +91,7 @@ def action_matches(
 ) -> jax.Array:
     """``[N]`` bool: does each agent's action carry out its task?"""
     num_food = state.food_pos.shape[0]
-    target = jnp.clip(tasks, 0, num_food - 1)
+    target = food_order(state, grid_size)[jnp.clip(tasks, 0, num_food - 1)]  # state indices
     food = state.food_pos[target]  # [N, 2]
     here = _distance_to_adjacent(state.agent_pos, food)  # [N]
     cell = state.agent_pos[:, None, :] + MOVES[None]  # [N, 6, 2]

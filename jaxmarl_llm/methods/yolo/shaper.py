@@ -145,7 +145,7 @@ def env_tasks(env: ArrayEnv) -> EnvTasks:
 def _lbf_tasks(raw) -> EnvTasks:
     f = raw.num_food
     return EnvTasks(
-        interpret=lbf.interpret,
+        interpret=lbf.make_interpret(raw.grid_size),
         constants=lbf.task_constants(f),
         matches=functools.partial(lbf.action_matches, grid_size=raw.grid_size),
         reference=lbf.REFERENCE_PLANNING_FUNCTION,
@@ -163,8 +163,10 @@ def _lbf_tasks(raw) -> EnvTasks:
             f"before {raw.max_steps} steps."
         ),
         observation_text=(
-            "Row i is agent i's observation: for each food (row, col, level), (-1, -1, 0) "
-            "once collected, then for each agent, agent i first, (row, col, level)."
+            "Row i is agent i's observation: for each food (row, col, level), the food "
+            "still on the grid first, row by row, then (-1, -1, 0) for each one collected; "
+            "then for each agent, agent i first, (row, col, level). Target food k is the "
+            "k-th food in this list."
         ),
         tasks_text="\n".join(
             [f"{i + 1}. Target food {i} (TARGET_FOOD_{i})" for i in range(f)]

@@ -357,7 +357,9 @@ def run_figure(
         )
     previous = RESULTS / f"{figure}.json"
     if previous.exists():
-        rows = merge_rows(json.loads(previous.read_text()), rows, figure)
+        from jaxmarl_llm.runner.provenance import stamp_kept_rows
+
+        rows = merge_rows(stamp_kept_rows(json.loads(previous.read_text()), previous), rows, figure)
     RESULTS.mkdir(parents=True, exist_ok=True)
     previous.write_text(json.dumps(rows, indent=2))
     (RESULTS / f"{figure}.md").write_text(markdown_table(rows))

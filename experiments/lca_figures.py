@@ -179,12 +179,10 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
     previous = RESULTS / f"{figure}.json"
     if previous.exists():
         new = {(r["env"], r["variant"]) for r in rows}
+        from jaxmarl_llm.runner.provenance import stamp_kept_rows
+
         old = json.loads(previous.read_text())
-        kept = [
-            r
-            for r in old
-            if (r["env"], r["variant"]) not in new
-        ]
+        kept = stamp_kept_rows([r for r in old if (r["env"], r["variant"]) not in new], previous)
         place = {(r["env"], r["variant"]): i for i, r in enumerate(old)}  # a rerun row stays put
         rows = sorted(
             kept + rows,

@@ -136,7 +136,10 @@ def run_figure(
     previous = RESULTS / f"{figure}.json"
     if previous.exists():  # keep the rows of pairs not run or reported this time
         done = {r["config"] for r in rows}
+        from jaxmarl_llm.runner.provenance import stamp_kept_rows
+
         kept = [r for r in json.loads(previous.read_text()) if r["config"] not in done]
+        kept = stamp_kept_rows(kept, previous)
         rows = [{**r, "eval_marks": r.get("eval_marks", {})} for r in kept] + rows
     RESULTS.mkdir(parents=True, exist_ok=True)
     previous.write_text(json.dumps(rows, indent=2))

@@ -41,3 +41,30 @@ def code_commit(root: Path = _ROOT) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head}+dirty" if dirty else head
+
+
+def last_commit(path: Path) -> str | None:
+    """The short hash of the commit that last changed ``path`` (as committed), or None."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(path.parent), "log", "-1", "--format=%h", "--abbrev=7", "--",
+             path.name],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
+
+
+def stamp_kept_rows(rows: list[dict], path: Path) -> list[dict]:
+    """Rows a figure script keeps from ``path`` without rerunning them: each gets the
+    commit that last changed the file, where it records none, so a merged table still
+    says which code made every row."""
+    commit = None
+    out = []
+    for r in rows:
+        if not r.get("commit"):
+            commit = commit or last_commit(path)
+            r = {**r, "commit": commit}
+        out.append(r)
+    return out

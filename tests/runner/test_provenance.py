@@ -26,3 +26,16 @@ def test_commit_is_dirty_only_when_code_changed(tmp_path):
 
 def test_outside_a_checkout(tmp_path):
     assert code_commit(tmp_path) is None
+
+
+def test_kept_rows_get_the_commit_of_the_file_they_come_from(tmp_path):
+    from jaxmarl_llm.runner.provenance import stamp_kept_rows
+
+    _git(tmp_path, "init", "-q")
+    table = tmp_path / "fig.json"
+    table.write_text("[]\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = code_commit(tmp_path)
+    rows = stamp_kept_rows([{"variant": "old"}, {"variant": "new", "commit": "abc1234"}], table)
+    assert [r["commit"] for r in rows] == [head, "abc1234"]

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "experiments" / "results" / "yolo"
 FIGURES = {
-    "lbf": ["yolo_lbf_mappo", "yolo_lbf_qmix", "yolo_lbf_maddpg"],
+    "lbf": ["yolo_lbf_mappo", "yolo_lbf_mappo_epymarl", "yolo_lbf_qmix", "yolo_lbf_maddpg"],
     "mpe": [
         "yolo_spread_3_qmix",
         "yolo_spread_3_maddpg",
@@ -77,7 +77,8 @@ def eval_value_at(run_dir: Path, step: int, metric: str) -> float | None:
     _, train = load_metrics(run_dir / "metrics.csv")
     steps = data["env_steps"]
     rows = (steps > step - EVAL_WINDOW * train["env_steps"][-1]) & (steps <= step * 1.001)
-    cols = seed_columns(header, metric)
+    # the seed columns, or the column of their mean where a run logged no seed columns
+    cols = seed_columns(header, metric) or ([metric] if metric in header else [])
     if not rows.any() or not cols:
         return None
     values = np.stack([data[c][rows] for c in cols], 1)

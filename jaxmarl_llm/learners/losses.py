@@ -1,4 +1,5 @@
-"""Policy-gradient pieces as small pure functions: GAE and the PPO losses."""
+"""Policy-gradient pieces as small pure functions: GAE, n-step returns and the PPO
+losses."""
 
 from __future__ import annotations
 
@@ -34,6 +35,42 @@ def gae(
         backward, jnp.zeros_like(last_value), (deltas, not_done), reverse=True, unroll=16
     )
     return adv, adv + values
+
+
+def nstep_returns(
+    rewards: jax.Array,
+    dones: jax.Array,
+    values: jax.Array,
+    last_value: jax.Array,
+    gamma: float,
+    n: int,
+) -> jax.Array:
+    """``n``-step returns over time-major arrays (EPyMARL's ``q_nstep``):
+    ``G_t = sum_{k<h} gamma^k r_{t+k} + gamma^h V_{t+h}`` with ``h = min(n, T - t)``, the
+    sum stopped (no bootstrap) after a step that ends its episode.
+
+    ``rewards``, ``values``: ``[T, ...]`` (``values``: the bootstrap critic's, e.g. a
+    target critic); ``dones[t]``: the episode ended after the action at ``t``;
+    ``last_value``: ``[...]``, the value of the observation after the last step.
+    """
+    if n < 1:
+        raise ValueError(f"n-step returns need n >= 1, got {n}")
+    T = rewards.shape[0]
+    dones = jnp.broadcast_to(dones, rewards.shape).astype(rewards.dtype)
+    pad = lambda x: jnp.concatenate([x, jnp.zeros((n, *x.shape[1:]), x.dtype)], axis=0)
+    r, d = pad(rewards), pad(dones)
+    v = pad(jnp.concatenate([values, last_value[None]], axis=0))  # V_0 .. V_T, then zeros
+    t = jnp.arange(T).reshape(T, *([1] * (rewards.ndim - 1)))
+    out = jnp.zeros_like(rewards)
+    alive = jnp.ones_like(rewards)
+    for k in range(n):
+        within = t + k < T
+        out = out + jnp.where(within, gamma**k * alive * r[k : k + T], 0.0)
+        alive = alive * (1.0 - d[k : k + T])
+        # the window of t ends after this step: n steps taken, or the rollout's end reached
+        ends = within & ((k + 1 == n) | (t + k + 1 == T))
+        out = out + jnp.where(ends, gamma ** (k + 1) * alive * v[k + 1 : k + 1 + T], 0.0)
+    return out
 
 
 def clipped_policy_loss(

@@ -24,10 +24,13 @@ PER_SEED_METRICS = (
     "win_rate",
     "eval_return",
     "eval_win_rate",
+    "eval_sampled_return",
+    "eval_sampled_win_rate",
 )
-# and every episode statistic, of training (``stat_<name>``) and of greedy evaluation
-# (``eval_stat_<name>``), for the spread over seeds that figures show
-PER_SEED_PREFIXES = ("stat_", "eval_stat_")
+# and every episode statistic, of training (``stat_<name>``) and of evaluation
+# (``eval_stat_<name>``, ``eval_sampled_stat_<name>``), for the spread over seeds that
+# figures show
+PER_SEED_PREFIXES = ("stat_", "eval_stat_", "eval_sampled_stat_")
 
 
 class MetricsWriter:

@@ -1,10 +1,10 @@
-"""GAE and PPO losses against plain references, with and without jit."""
+"""GAE, n-step returns and PPO losses against plain references, with and without jit."""
 
 import chex
 import jax.numpy as jnp
 import numpy as np
 
-from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, value_loss
+from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, nstep_returns, value_loss
 
 
 def gae_reference(rewards, values, dones, last_value, gamma, lam):
@@ -66,3 +66,55 @@ class PPOLossTest(chex.TestCase):
         np.testing.assert_allclose(unclipped, 0.5 * 1.0)
         # pessimistic: the clipped error
         np.testing.assert_allclose(clipped, 0.5 * (3.0 - 0.5) ** 2)
+
+
+def nstep_reference(rewards, dones, values, last_value, gamma, n):
+    """EPyMARL-style loop: sum the rewards of up to n steps, stop after an episode's end,
+    bootstrap from the value n steps on (or after the rollout's last step)."""
+    T = len(rewards)
+    ext = np.concatenate([values, last_value[None]], 0)
+    out = np.zeros_like(rewards)
+    for t in range(T):
+        g, alive = np.zeros_like(last_value), np.ones_like(last_value)
+        for k in range(n):
+            if t + k >= T:
+                break
+            g = g + gamma**k * alive * rewards[t + k]
+            alive = alive * (1.0 - dones[t + k])
+            if k + 1 == n or t + k + 1 == T:
+                g = g + gamma ** (k + 1) * alive * ext[t + k + 1]
+        out[t] = g
+    return out
+
+
+class NStepTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_matches_reference_loop(self):
+        rng = np.random.default_rng(1)
+        T, B = 23, 4
+        rewards = rng.normal(size=(T, B)).astype(np.float32)
+        values = rng.normal(size=(T, B)).astype(np.float32)
+        dones = (rng.random((T, B)) < 0.2).astype(np.float32)
+        last = rng.normal(size=(B,)).astype(np.float32)
+        for n in (1, 5, 40):
+            f = self.variant(lambda *a, n=n: nstep_returns(*a, gamma=0.9, n=n))
+            np.testing.assert_allclose(
+                f(rewards, dones, values, last),
+                nstep_reference(rewards, dones, values, last, 0.9, n),
+                rtol=1e-5,
+                atol=1e-5,
+            )
+
+    def test_hand_computed(self):
+        r = jnp.array([1.0, 2.0, 3.0, 4.0])
+        v = jnp.array([10.0, 20.0, 30.0, 40.0])
+        d = jnp.array([0.0, 0.0, 1.0, 0.0])  # the episode ends after step 2
+        g = nstep_returns(r, d, v, jnp.array(50.0), gamma=0.5, n=2)
+        # t=0: 1 + .5*2 + .25*V2; t=1: 2 + .5*3 (ends); t=2: 3 (ends); t=3: 4 + .5*V_T
+        np.testing.assert_allclose(g, [1 + 1 + 7.5, 2 + 1.5, 3.0, 4 + 25.0])
+        # one step: the TD target; as many steps as the rollout: the discounted return
+        np.testing.assert_allclose(
+            nstep_returns(r, d, v, jnp.array(50.0), 0.5, 1), r + 0.5 * jnp.array([20, 30, 0, 50])
+        )
+        with np.testing.assert_raises(ValueError):
+            nstep_returns(r, d, v, jnp.array(50.0), 0.5, 0)

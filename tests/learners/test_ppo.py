@@ -316,3 +316,46 @@ class MinibatchTest(chex.TestCase):
             drawn = (adv // 10).ravel()
         np.testing.assert_array_equal(np.sort(drawn), np.arange(units))
         assert not np.array_equal(drawn, np.arange(units))  # shuffled
+
+
+@pytest.mark.parametrize(
+    "recurrent", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["ff", "gru"]
+)
+def test_nstep_returns_with_a_soft_target_critic_and_two_optimizers(recurrent):
+    """EPyMARL's MAPPO pieces: n-step targets bootstrapped from a target critic that
+    moves by tau toward the critic once per update; the actor's and the critic's
+    parameters stepped by their own optimisers; the bandit is still learned."""
+    env = ArrayEnv(MaskedBandit())
+    kw = {"recurrent": True, "gru_hidden_dim": 16, "num_minibatches": 4} if recurrent else {}
+    cfg = small_cfg(name="mappo", returns="nstep", n_step=3, target_critic_tau=0.25,
+                    separate_optimizers=True, normalize_advantages=False, **kw)  # fmt: skip
+    learner = ppo.make_learner(cfg, env, identity_shaper())
+    s0 = learner.init(jax.random.PRNGKey(0))
+    chex.assert_trees_all_equal(s0.target_params, s0.params)
+    s1, _ = jax.jit(learner.update)(s0)
+    expected = jax.tree.map(lambda t, p: 0.75 * t + 0.25 * p, s0.target_params, s1.params)
+    chex.assert_trees_all_close(s1.target_params, expected, rtol=1e-6, atol=1e-7)
+    labels = ppo.critic_or_actor_labels(s0.params)
+    assert set(jax.tree.leaves(labels)) == {"actor", "critic"}
+    if not recurrent:  # learned, and the masked action never played
+        state, _ = train(cfg, env)
+        m = jax.vmap(make_evaluate(env, learner.policy, 8, 50))(
+            state, jax.random.split(jax.random.PRNGKey(1), 2)
+        )
+        np.testing.assert_allclose(m["eval_return"], 4.0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"target_critic_tau": 0.01}, "set algo.returns=nstep"),
+        ({"returns": "td"}, "gae or nstep"),
+        ({"returns": "nstep", "n_step": 0}, "must be >= 1"),
+        ({"returns": "nstep", "target_critic_tau": 2.0}, r"in \[0, 1\]"),
+    ],
+)
+def test_bad_return_settings_are_refused(kw, message):
+    from jaxmarl_llm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        ppo.check_config(small_cfg(**kw))

@@ -146,7 +146,9 @@ def _select_row(data, spec: dict, where: str):
     return hits[0]
 
 
-def _numbers(raw, where: str) -> list[float]:
+def _numbers(raw, where: str, allow_none: bool = False) -> list[float]:
+    if raw is None and allow_none:  # e.g. a threshold never reached
+        return [math.nan]
     if isinstance(raw, bool) or raw is None:
         raise StatusError(f"{where}: {raw!r} is not a number")
     if isinstance(raw, (int, float)):
@@ -270,7 +272,7 @@ class Resolver:
         elif spec.get("reduce"):
             seeds = [_count(_dig(row, spec["field"], where), spec["reduce"], where)]
         else:
-            seeds = _numbers(_dig(row, spec["field"], where), where)
+            seeds = _numbers(_dig(row, spec["field"], where), where, spec.get("allow_none", False))
         mean = statistics.fmean(seeds)
         if "seeds" in spec:  # the file's own mean in `field`, its seeds beside it
             seeds = _numbers(_dig(row, spec["seeds"], where), where)

@@ -11,6 +11,11 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
+
+# this checkout's package, not whichever one is installed: a run from another worktree
+# runs (and records the commit of) its own code
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -331,6 +331,7 @@ _ALLOWED_NODES = (
     ast.Attribute,
 )
 _FUNCTIONS = {"abs": abs, "max": max, "min": min}
+_STATS = ("mean", "std", "min", "max")
 
 
 def evaluate(expression: str, values: dict[str, Value], where: str):
@@ -340,6 +341,8 @@ def evaluate(expression: str, values: dict[str, Value], where: str):
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise StatusError(f"{where}: {type(node).__name__} not allowed in {expression!r}")
+        if isinstance(node, ast.Attribute) and node.attr not in _STATS:
+            raise StatusError(f"{where}: .{node.attr} is not one of {', '.join(_STATS)}")
         if isinstance(node, ast.Call) and not (
             isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
         ):
@@ -603,6 +606,7 @@ def file_commit(rel: str) -> str:
     path = Resolver._path(rel).relative_to(ROOT)
     if _git("status", "--porcelain", "--", str(path)):
         return "uncommitted"
+    # git directly, not jaxmarl_llm.runner.provenance: this check runs without importing jax
     return _git("log", "-1", "--format=%h", "--abbrev=7", "--", str(path)) or "uncommitted"
 
 

@@ -77,8 +77,7 @@ def eval_value_at(run_dir: Path, step: int, metric: str) -> float | None:
     _, train = load_metrics(run_dir / "metrics.csv")
     steps = data["env_steps"]
     rows = (steps > step - EVAL_WINDOW * train["env_steps"][-1]) & (steps <= step * 1.001)
-    # the seed columns, or the column of their mean where a run logged no seed columns
-    cols = seed_columns(header, metric) or ([metric] if metric in header else [])
+    cols = seed_columns(header, metric)
     if not rows.any() or not cols:
         return None
     values = np.stack([data[c][rows] for c in cols], 1)

@@ -102,6 +102,7 @@ def test_list_counts(status, results):
         ({"paper_ref": None}, "paper's line"),
         ({"ours": "{missing}"}, "not among its values"),
         ({"holds": ["__import__('os')"]}, "only"),
+        ({"holds": ["m.__class__ == b"]}, "is not one of"),
         (
             {"values": {"m": {"file": "fig.json", "row": {"env": "a"}, "field": "mean"}}},
             "2 rows match",

@@ -195,16 +195,11 @@ class HAPPO(PPO):
         fields = {f.name: getattr(s, f.name) for f in dataclasses.fields(PPOState)}
         return HAPPOState(**fields, agent_order=jnp.arange(self.env.num_agents, dtype=jnp.int32))
 
-    def greedy_act(self, s: HAPPOState, carry, obs, avail, first):
-        """The most likely legal action of every agent under its own actor: obs
-        ``[B, N, D]`` -> ``(carry, actions [B, N])``."""
+    def eval_logits(self, s: HAPPOState, carry, obs, avail, first):
+        """Every agent's own actor's masked logits ``[B, N, A]`` (PPO's ``greedy_act`` and
+        ``sample_act`` act on them)."""
         logits = self.masked(self.actor_logits(s.params["actor"], self.actor_inputs(obs)), avail)
-        return carry, jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
-    def sample_act(self, s: HAPPOState, carry, obs, avail, first, key):
-        """Every agent's action drawn from its own actor over the legal actions."""
-        logits = self.masked(self.actor_logits(s.params["actor"], self.actor_inputs(obs)), avail)
-        return carry, jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+        return carry, logits
 
     # ----- losses and steps ------------------------------------------------------------
     def agent_policy(self, agent_params, batch: ActorBatch) -> distrax.Categorical:

@@ -646,7 +646,7 @@ class PPO(LearnerParts):
             _, _, values = self.forward_rnn(
                 tp, carries0, traj.obs, traj.avail, traj.world_state, traj.reset
             )
-        return jax.lax.stop_gradient(values), jax.lax.stop_gradient(last)
+        return values, last
 
     # ----- the gradient step -----------------------------------------------------------
     def loss(self, params, batch: Batch):

@@ -87,9 +87,27 @@ from envs.gridworld import (
 )
 from envs.registry import EnvSpec, register
 
-__all__ = ["LAYOUT", "ROOMS", "VictimRubble"]
+__all__ = ["LAYOUTS", "VictimRubble"]
 
-LAYOUT = """
+PAPER_LAYOUT = """
+##############
+#A......X.####
+#..#..Z#.Y..B#
+####...#######
+#......#######
+#..#H..#######
+##############
+"""
+PAPER_ROOMS = """
+##############
+#11a333c55####
+#11#333#55444#
+####333#######
+#22b333#######
+#22#333#######
+##############
+"""
+LONG_CORRIDOR_LAYOUT = """
 ###########
 #A..#..##B#
 #......##.#
@@ -100,7 +118,7 @@ LAYOUT = """
 #...#.Z#..#
 ###########
 """
-ROOMS = """
+LONG_CORRIDOR_ROOMS = """
 ###########
 #111#33##4#
 #111a33##4#
@@ -111,6 +129,11 @@ ROOMS = """
 #222#33#55#
 ###########
 """
+#: name -> (layout, rooms)
+LAYOUTS = {
+    "paper": (PAPER_LAYOUT, PAPER_ROOMS),
+    "long_corridor": (LONG_CORRIDOR_LAYOUT, LONG_CORRIDOR_ROOMS),
+}
 ROOM_NAMES = {str(i): f"Chamber{i}" for i in range(1, 6)}
 DOORWAYS = {
     "a": "the doorway between Chamber1 and Chamber3",
@@ -149,13 +172,28 @@ class VictimRubble(GridWorld):
     Args:
         max_steps: episode length limit (``n_max`` of the step penalty), default 80.
         cell_px: pixels per cell in ``render``.
-        layout, rooms: the map and its room map (same letters as ``LAYOUT`` / ``ROOMS``;
-            the text of ``describe`` / ``prompt_context`` assumes the default map's rooms).
+        layout: a name in ``LAYOUTS`` ("paper", the default, or "long_corridor"), or an
+            ASCII map with the same letters, whose room map is then ``rooms``.
+        rooms: the room map of an ASCII ``layout`` (digits 1-5 for Chamber1-5, ``a``/
+            ``b``/``c`` for the doorways).
     """
 
     def __init__(
-        self, max_steps: int = 80, cell_px: int = 8, layout: str = LAYOUT, rooms: str = ROOMS
+        self,
+        max_steps: int = 80,
+        cell_px: int = 8,
+        layout: str = "paper",
+        rooms: str | None = None,
     ):
+        self.layout = layout if layout in LAYOUTS else "custom"
+        if layout in LAYOUTS:
+            if rooms is not None:
+                raise ValueError(f"layout={layout!r} is a named layout; rooms is only for maps")
+            layout, rooms = LAYOUTS[layout]
+        elif "#" not in layout:
+            raise ValueError(f"unknown layout {layout!r}; named layouts: {', '.join(LAYOUTS)}")
+        elif rooms is None:
+            raise ValueError("an ASCII layout needs its room map (rooms)")
         objects = (
             GridObject("Victim1", "A", "victim", users=(GREEN,)),
             GridObject("Victim2", "B", "victim", users=(GREEN,)),

@@ -9,6 +9,7 @@ in one call); one plot per environment and a markdown table.
     python experiments/lca_figures.py appendix             # learned reward over an episode
     python experiments/lca_figures.py scaling              # unscaled vs rescaled potential
     python experiments/lca_figures.py paper_rewards --envs two_switch  # the paper's reward list
+    python experiments/lca_figures.py pairs --envs victim_rubble  # pairs per role x fit keys
     python experiments/lca_figures.py team_goal --backend gemma --envs two_switch
 
 Runs go to ``runs/lca/<figure>/<env>/<variant>`` (a finished variant is reused, a
@@ -37,6 +38,8 @@ BUDGET = {"two_switch": 250_000, "victim_rubble": 210_000, "pistonball": 20_000}
 # Language-model labelling is slow on a CPU (Gemma 3 270M scoring: ~13 s per pair on 2
 # cores): fewer pairs than the paper's budgets unless --lm-pairs says otherwise.
 LM_PAIRS = {"two_switch": 400, "victim_rubble": 400, "pistonball": 250}
+PAIRS_PER_ROLE = (2000, 4000, 8000, 16000)  # the paper's 2,000 per role, then 2x, 4x, 8x
+FIT_KEYS = (0, 1, 2)
 
 
 def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
@@ -103,6 +106,26 @@ def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
                 ["shaping.kwargs.step_scale=0.1", "shaping.kwargs.min_step=1.0"],
             ),
         ]
+    if figure == "pairs":
+        # Fig. 3's LCA at 1-8x the paper's pairs per role, each with several fit keys (the
+        # run seed draws the pairs and fits the model; 3 policy seeds train on each model)
+        roles = 2 if env == "victim_rubble" else 1
+        out = []
+        for source, counts in (("completion", PAIRS_PER_ROLE), ("mixed", PAIRS_PER_ROLE[:1])):
+            for n in counts:
+                for k in FIT_KEYS:
+                    out.append(
+                        (
+                            f"LCA {source} pairs, {n}/role, fit key {k}",
+                            lca,
+                            [
+                                f"shaping.kwargs.pair_source={source}",
+                                f"shaping.kwargs.num_pairs={n * roles}",
+                                f"seed={k}",
+                            ],
+                        )
+                    )
+        return out
     if figure == "paper_rewards":
         if env != "two_switch":
             raise ValueError("paper_rewards is an option of two_switch only")
@@ -155,6 +178,10 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 row["pairs"] = r.get("pairs")
                 row["mean_abs_potential_step"] = r.get("mean_abs_potential_step")
                 row["reward_scale"] = r.get("scale")
+                if r.get("on_path"):
+                    row["on_path_agreement"] = r["on_path"]["agreement"]
+                    row["on_path_worst_stage"] = r["on_path"]["worst_stage"]
+                    row["on_path_by_stage"] = r["on_path"]["by_stage"]
             feedback = out / "feedback.json"
             if feedback.exists():  # iterative LCA: the pairs and model after the last round
                 last = json.loads(feedback.read_text())
@@ -254,8 +281,9 @@ def _team_plus_individual_cell(r: dict) -> str:
 def markdown_table(rows: list[dict]) -> str:
     head = (
         "| env | variant | final return (mean ± std over seeds) | team + individual "
-        "| steps to optimal band | labels / model acc. | env steps | wall s |\n"
-        "|---|---|---|---|---|---|---|---|\n"
+        "| steps to optimal band | labels / model acc. | on path (worst stage) "
+        "| env steps | wall s |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
@@ -265,10 +293,15 @@ def markdown_table(rows: list[dict]) -> str:
             else ""
         )
         steps = f"{r['steps_to_optimum']:,}" if r["steps_to_optimum"] is not None else "not reached"
+        path = (
+            f"{r['on_path_agreement']:.2f} ({r['on_path_worst_stage']:.2f})"
+            if r.get("on_path_agreement") is not None
+            else ""
+        )
         lines.append(
             f"| {r['env']} | {r['variant']} "
             f"| {r['final_return_mean']:.2f} ± {r['final_return_std']:.2f} "
-            f"| {_team_plus_individual_cell(r)} | {steps} | {acc} "
+            f"| {_team_plus_individual_cell(r)} | {steps} | {acc} | {path} "
             f"| {r['env_steps']:,} | {r['wall_s']:.0f} |"
         )
     return head + "\n".join(lines) + "\n"
@@ -316,7 +349,16 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "figure",
-        choices=["fig3", "fig4", "fig5", "appendix", "scaling", "paper_rewards", "team_goal"],
+        choices=[
+            "fig3",
+            "fig4",
+            "fig5",
+            "appendix",
+            "scaling",
+            "paper_rewards",
+            "pairs",
+            "team_goal",
+        ],
     )
     p.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
     p.add_argument("--gemma", action="store_true", help="fig3: add LCA labelled by Gemma 3 270M")

@@ -132,8 +132,12 @@ def method_row(label: str, run_dir: Path, upto: int | None = None) -> dict:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     if upto is not None:
-        summary = {"num_seeds": summary["num_seeds"], "env_steps": upto, "wall_s": None,
-                   "commit": summary.get("commit")}
+        summary = {
+            "num_seeds": summary["num_seeds"],
+            "env_steps": upto,
+            "wall_s": None,
+            "commit": summary.get("commit"),
+        }
     stats = ["eval_win_rate", *(f"eval_stat_{s}" for s in (*RADAR, "goals_conceded"))]
     per_seed = tail_means(run_dir, stats, upto)
     return {

@@ -252,6 +252,10 @@ class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):
     def won(self, state: GridState) -> jax.Array:
         return state.flags[-1]
 
+    def task_stage(self, state: GridState) -> jax.Array:
+        """``[]`` int32: how many task flags (objects activated, completion) are set."""
+        return jnp.sum(state.flags).astype(jnp.int32)
+
     def event_reward(self, state: GridState, nxt: GridState) -> jax.Array:
         """``[]`` float32: the team reward of the step ``state -> nxt`` without the step
         penalty (+1 per paid flag turned on, +1 more on completion)."""

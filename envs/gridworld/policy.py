@@ -37,7 +37,10 @@ class GridPolicy:
         Every agent descends its distance table toward ``_policy_targets`` (the
         heuristic's targets), treating the teammate as an obstacle, and interacts once
         it faces a ``face`` target; inactive agents stay. When the two agents want each
-        other's cells, agent 1 steps aside to the best free cell.
+        other's cells, agent 1 steps aside to the best free cell. An agent that waits
+        (inactive, or its target unreachable for now) on the cell its teammate wants to
+        enter steps aside to the free neighbour farthest along the teammate's distance
+        table, off the teammate's way (so a waiting agent never walls its teammate in).
         """
         tid, active = self._policy_targets(state)
         cfg = self._config_index(state.flags)
@@ -45,7 +48,7 @@ class GridPolicy:
         obj = state.flags[: self.num_objects]
         delta = jnp.asarray(self.delta)
         dirs = jnp.arange(4)
-        acts, wants, frees, d_next_all = [], [], [], []
+        acts, wants, frees, d_next_all, waiting = [], [], [], [], []
         for i in range(self.num_agents):
             target = state.pos[i] + delta  # [4]
             env_free = ~self._blocked(target, obj)
@@ -68,8 +71,16 @@ class GridPolicy:
             wants.append(jnp.where(at_goal | ~active[i], state.pos[i], want))
             frees.append(env_free & ~occ)
             d_next_all.append(d_next)
+            waiting.append(~active[i] | (d_now >= UNREACHABLE))
         head_on = (wants[0] == state.pos[1]) & (wants[1] == state.pos[0])
         side = jnp.where(frees[1], d_next_all[1], 10**6)
         aside = jnp.where(jnp.any(frees[1]), jnp.argmin(side) + 1, STAY)
         acts[1] = jnp.where(head_on, aside, acts[1])
+        for i in range(self.num_agents):
+            j = 1 - i
+            # the teammate's distance from each neighbour (best facing): largest = off its way
+            d_mate = dist[tid[j], cfg, state.pos[i] + delta].min(-1)  # [4]
+            away = jnp.argmax(jnp.where(frees[i], d_mate, -1)) + 1
+            in_way = waiting[i] & ~waiting[j] & (wants[j] == state.pos[i]) & jnp.any(frees[i])
+            acts[i] = jnp.where(in_way, away, acts[i])
         return jnp.stack(acts).astype(jnp.int32)

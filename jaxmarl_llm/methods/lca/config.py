@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LABELERS = ("heuristic", "backend")
-PAIR_SOURCES = ("rollout", "uniform", "mixed", "scripted")
+PAIR_SOURCES = ("rollout", "uniform", "mixed", "scripted", "completion")
 QUERY_MODES = ("generate", "score")
 CACHE_MODES = ("use", "replay")
 TEAM_GOALS = ("written", "infer")
@@ -44,9 +44,12 @@ class LCAConfig:
     accuracy: float = 1.0  # heuristic labeler: probability an answer is not flipped
     # rollout (random play) | uniform (random states) | mixed | scripted (the env's scripted
     # policy, a random action with probability scripted_epsilon: demonstration-like states)
+    # | completion (random play with no step limit, pairs from trajectories that complete
+    # the task within completion_horizon steps: the paper's sec. 4.1 sampling)
     pair_source: str = "mixed"
     scripted_epsilon: float = 0.3
     rollout_envs: int = 64
+    completion_horizon: int = 4096
     # state-scoring model
     hidden: list[int] = field(default_factory=lambda: [64, 64])
     fit_steps: int = 2000
@@ -92,6 +95,7 @@ class LCAConfig:
             "num_pairs",
             "num_queries",
             "rollout_envs",
+            "completion_horizon",
             "fit_steps",
             "batch_size",
             "online_every",

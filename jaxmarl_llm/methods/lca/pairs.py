@@ -9,6 +9,13 @@ competent team walks through thinly; ``scripted`` plays the env's scripted polic
 (``greedy_actions``) with a random action with probability ``epsilon``, like pairs taken
 from demonstrations: on Victim-Rubble that is what lets the learned potentials guide the
 late stages.
+
+``completion`` reads the paper's sampling literally (sec. 4.1: "a trajectory randomly
+sampled without a limit of max steps - which means it ends when the team task is
+completed"): random play from reset with no step limit, each env restarting once the
+task is completed, and pairs drawn uniformly from the steps of the trajectories that
+completed within ``completion_horizon`` steps. Every stage of the task is then on every
+trajectory, in the proportion random play spends in it.
 """
 
 from __future__ import annotations
@@ -94,7 +101,41 @@ def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitio
     return Transitions(states, actions, next_states)
 
 
-@functools.partial(jax.jit, static_argnames=("env", "num", "source", "num_envs", "epsilon"))
+def completion_transitions(
+    env: ArrayEnv, key: chex.PRNGKey, num_envs: int, horizon: int
+) -> tuple[Transitions, jax.Array]:
+    """Random play of ``num_envs`` envs for ``horizon`` steps with no step limit, each env
+    reset only when the task is completed: ``(transitions [horizon * num_envs], completed
+    [horizon * num_envs] bool)``, ``completed`` marking the steps of trajectories that
+    reached completion within the horizon."""
+    raw = env.env
+    k_reset, k_run = jax.random.split(key)
+    _, state = jax.vmap(raw.reset)(jax.random.split(k_reset, num_envs))
+    zeros = jnp.zeros((env.num_agents,), jnp.float32)
+
+    def avail(s):
+        wrapped = ArrayEnvState(env_state=s, episode_return=zeros, episode_length=jnp.int32(0))
+        return env.avail_actions(wrapped)
+
+    def one(k, s):
+        k_act, k_env, k_reset = jax.random.split(k, 3)
+        a = env.random_actions(k_act, avail(s))
+        _, s2, _, _, _ = raw.step_env(k_env, s, env.unstack_actions(a))
+        won = env.won(s2)
+        _, fresh = raw.reset(k_reset)
+        nxt = jax.tree.map(lambda x, y: jnp.where(won, x, y), fresh, s2)
+        return nxt, (Transitions(s, a, s2), won)
+
+    def step(state, k):
+        return jax.vmap(one)(jax.random.split(k, num_envs), state)
+
+    _, (traj, won) = jax.lax.scan(step, state, jax.random.split(k_run, horizon))
+    # a step belongs to a completed trajectory iff a completion follows it in its env
+    completed = jnp.flip(jnp.cumsum(jnp.flip(won, 0), 0), 0) > 0
+    flat = lambda x: x.reshape((horizon * num_envs, *x.shape[2:]))
+    return jax.tree.map(flat, traj), flat(completed)
+
+
 def sample_transitions(
     env: ArrayEnv,
     key: chex.PRNGKey,
@@ -102,11 +143,46 @@ def sample_transitions(
     source: str = "mixed",
     num_envs: int = 64,
     epsilon: float = 0.3,
+    horizon: int = 4096,
 ) -> Transitions:
-    """``num`` sequential state pairs drawn without replacement from ``source``."""
-    k_roll, k_uni, k_pick = jax.random.split(key, 3)
+    """``num`` sequential state pairs drawn without replacement from ``source``
+    (``horizon``: the steps each env plays for ``completion``)."""
     if source == "scripted":
         require(env, ScriptedPolicy, "pair_source=scripted", hint="Use rollout, uniform or mixed")
+    if source != "completion":
+        return _sample(env, key, num, source, num_envs, epsilon)
+    if not env.has_won:
+        raise ValueError(
+            f"pair_source=completion needs an env whose task can be completed (a won "
+            f"predicate); {type(env.env).__name__} has none. Use rollout, uniform or mixed"
+        )
+    t, available = _sample_completed(env, key, num, num_envs, horizon)
+    if int(available) < num:
+        raise ValueError(
+            f"pair_source=completion: random play completed the task on only "
+            f"{int(available)} steps' worth of trajectories within completion_horizon="
+            f"{horizon} steps of {num_envs} envs, fewer than the {num} transitions asked "
+            "for; raise completion_horizon or rollout_envs"
+        )
+    return t
+
+
+@functools.partial(jax.jit, static_argnames=("env", "num", "num_envs", "horizon"))
+def _sample_completed(
+    env: ArrayEnv, key: chex.PRNGKey, num: int, num_envs: int, horizon: int
+) -> tuple[Transitions, jax.Array]:
+    k_roll, k_pick = jax.random.split(key)
+    pool, completed = completion_transitions(env, k_roll, num_envs, horizon)
+    p = completed / jnp.maximum(completed.sum(), 1)
+    index = jax.random.choice(k_pick, completed.shape[0], (num,), replace=False, p=p)
+    return _take(pool, index), completed.sum()
+
+
+@functools.partial(jax.jit, static_argnames=("env", "num", "source", "num_envs", "epsilon"))
+def _sample(
+    env: ArrayEnv, key: chex.PRNGKey, num: int, source: str, num_envs: int, epsilon: float
+) -> Transitions:
+    k_roll, k_uni, k_pick = jax.random.split(key, 3)
     num_rollout = {"rollout": num, "scripted": num, "uniform": 0, "mixed": num // 2}[source]
     parts = []
     if num_rollout:

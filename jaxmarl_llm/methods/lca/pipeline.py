@@ -39,11 +39,13 @@ from jaxmarl_llm.methods.lca.labels import (
     heuristic_values,
     label_accuracy,
 )
+from jaxmarl_llm.methods.lca.on_path import on_path_agreement
 from jaxmarl_llm.methods.lca.pairs import Transitions, both_states, sample_transitions
 from jaxmarl_llm.methods.lca.potential import PotentialParams, role_groups
 from jaxmarl_llm.methods.lca.team_goal import GOAL_FILE, infer_team_goal
 
 ARTIFACT_VERSION = 2  # 2: pairs.npz holds the features (online rounds refit on them)
+ON_PATH_SEED = 0  # the same scripted starts for every run's on-path agreement
 
 
 @dataclasses.dataclass
@@ -68,6 +70,8 @@ def fingerprint(env: ArrayEnv, cfg: LCAConfig, seed: int) -> str:
     lca = {k: v for k, v in dataclasses.asdict(cfg).items() if not k.startswith("online_")}
     if cfg.team_goal == "written":  # the prompts of every run made before the option
         lca = {k: v for k, v in lca.items() if k not in ("team_goal", "goal_max_tokens")}
+    if cfg.pair_source != "completion":  # the horizon draws nothing for the other sources
+        lca.pop("completion_horizon")
     ident = {
         "version": ARTIFACT_VERSION,
         "env": type(raw).__name__,
@@ -184,7 +188,13 @@ def collect_labels(
     num_transitions = math.ceil(cfg.num_pairs / env.num_agents)
     k_pairs, k_labels = jax.random.split(key)
     t = sample_transitions(
-        env, k_pairs, num_transitions, cfg.pair_source, cfg.rollout_envs, cfg.scripted_epsilon
+        env,
+        k_pairs,
+        num_transitions,
+        cfg.pair_source,
+        cfg.rollout_envs,
+        cfg.scripted_epsilon,
+        cfg.completion_horizon,
     )
     conf, count, info = label_transitions(env, cfg, k_labels, t, seed, artifact_dir, progress)
     return t, conf, count, info
@@ -320,6 +330,9 @@ def prepare(
     info["heuristic_tie_fraction"] = float((phi == phi_next).mean())
     model, params, fit_report = fit_potential(env, cfg, k_fit, data)
     report = {"fingerprint": fp, **info, **fit_report}
+    path = on_path_agreement(env, model, params.model, jax.random.PRNGKey(ON_PATH_SEED))
+    if path is not None:
+        report["on_path"] = path
     if artifact_dir is not None:
         _save(artifact_dir, fp, params, report, data)
     return LCAResult(model, params, report, data)

@@ -184,7 +184,7 @@ def _model_answers(env, q: dict, kind: str, n: int, max_tokens: int, retries: in
     try:
         pairs = q["pairs"][:n]
         prompts = text.trajectory_prompts(
-            describer, state, next_state, [(a, b) for a, b, _, _ in pairs], SEGMENT
+            describer, state, next_state, [((*a, SEGMENT), (*b, SEGMENT)) for a, b, _, _ in pairs]
         )
         values = np.array([(va, vb) for _, _, va, vb in pairs])
         t0 = time.perf_counter()

@@ -20,6 +20,7 @@ ANSWER_FORMS = {
     "lca_pair_ranking": (parsers.parse_pair_choice, "P(state 1 better) in {1, 0, 0.5}"),
     "lca_team_goal": (parsers.parse_team_goal, "TeamGoal: goal and ordered key steps"),
     "dpm_trajectory_comparison": (parsers.parse_hash_choice, "P(trajectory 1 better)"),
+    "dpm_episode_comparison": (parsers.parse_hash_choice, "P(episode 1 better)"),
     "dpm_agent_ranking": (parsers.parse_agent_ranking, "ranks [N], 0 = best"),
     "yolo_strategy": (str.strip, "free-text strategy"),
     "yolo_planning_function": (

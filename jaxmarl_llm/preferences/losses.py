@@ -14,7 +14,8 @@ holding garbage (even inf/nan) contributes nothing to the value or the gradient.
   ``conf_a = y`` (e.g. the multi-query confidence) and ``conf_b = 1 - y``;
 - :func:`segment_pair_loss`: DPM eq. 4-5, segment score = sum of per-step (per-agent)
   predicted rewards; DPM's ``y`` (1 = second segment) is our ``1 - label``; ties are 0.5;
-- :func:`agent_ranking_loss`: DPM eq. 6-8, the agents of a step compared in pairs.
+- :func:`agent_ranking_loss`: DPM eq. 6-8 as printed, the agents of a step compared in
+  ordered pairs.
 """
 
 from __future__ import annotations
@@ -108,13 +109,12 @@ def agent_ranking_loss(
     ``label[s, i, j] = P(agent i ranked above j)`` (``beta_{i>j}``; 0.5 = equal rank) and
     ``pair_valid`` ``[S, N, N]`` marks the compared ordered pairs (diagonal ignored).
 
-    Each valid ordered pair ``(i, j)`` contributes the full cross-entropy
-    ``-[b_ij log P(i>j) + (1 - b_ij) log P(j>i)]``; a step's loss is the mean over its
-    valid pairs (``1/|M|``) and the result the weighted mean over valid steps. For a
-    mirrored matrix (``label[j, i] = 1 - label[i, j]``, as ``teachers.agent_rankings``
-    returns) this is exactly twice eq. 6 (which sums only the ``b_ij log P(i>j)`` half over
-    ordered pairs): same minimiser, and unlike eq. 6 it stays correct when only one of
-    ``(i, j)`` and ``(j, i)`` is marked valid.
+    Eq. 6 as printed: each valid ordered pair ``(i, j)`` contributes
+    ``-b_ij log P(i>j)``, a step's loss is the mean over its valid pairs (``1/|M|``) and
+    the result the weighted mean over valid steps. Over a mirrored matrix
+    (``label[j, i] = 1 - label[i, j]``, as ``teachers.agent_rankings`` returns, both
+    orders valid) the two orders of a pair make up one Bradley-Terry cross-entropy, so
+    the loss is half the mean cross-entropy per unordered pair.
     """
     chex.assert_rank(rewards, 2)
     s, n = rewards.shape
@@ -124,7 +124,7 @@ def agent_ranking_loss(
         chex.assert_shape(valid, (s,))
         pmask = pmask & valid.astype(bool)[:, None, None]
     logits = jnp.where(pmask, rewards[:, :, None] - rewards[:, None, :], 0.0)
-    ce = bradley_terry_cross_entropy(logits, jnp.where(pmask, label, 0.5))
+    ce = -jnp.where(pmask, label, 0.5) * jax.nn.log_sigmoid(logits)
     count = pmask.sum((-1, -2))
     per_step = jnp.where(pmask, ce, 0.0).sum((-1, -2)) / jnp.maximum(count, 1)
     w = jnp.ones((s,), jnp.float32) if weight is None else weight.astype(jnp.float32)

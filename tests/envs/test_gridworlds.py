@@ -25,8 +25,10 @@ from envs.gridworld import (
     UNREACHABLE,
     UP,
     distance_table,
+    flood_fill,
     parse_layout,
 )
+from envs.victim_rubble import LONG_CORRIDOR_LAYOUT
 
 NAMES = ("two_switch", "victim_rubble")
 OPTIMAL_EVENTS = {"two_switch": 5.0, "victim_rubble": 7.0}
@@ -120,7 +122,7 @@ def test_registered_with_protocol():
     assert envs.spec("two_switch").won_fn is not None
     # per agent: one-hot cell, facing, x, y, (dx, dy) to each object and the arrival cell
     assert ts.obs_dim == 2 * (81 + 6 + 2 * 4) + 4 + 1
-    assert vr.obs_dim == 2 * (99 + 6 + 2 * 6) + 6 + 2 + 1
+    assert vr.obs_dim == 2 * (98 + 6 + 2 * 6) + 6 + 2 + 1  # the paper's 14 x 7 map
 
 
 def test_distance_table_counts_turns():
@@ -163,7 +165,7 @@ def scripted_episodes(name, num, **env_kwargs):
     return jax.tree.map(np.asarray, jax.jit(jax.vmap(episode))(keys))
 
 
-@pytest.mark.parametrize("name,max_len", [("two_switch", 20), ("victim_rubble", 45)])
+@pytest.mark.parametrize("name,max_len", [("two_switch", 20), ("victim_rubble", 42)])
 def test_scripted_policy_solves_task_with_optimal_return(name, max_len):
     env = env_of(name)
     ret, length, won = scripted_episodes(name, 128)
@@ -302,22 +304,22 @@ def test_roles_rubble_and_victims():
     env = env_of("victim_rubble")
     vr = "victim_rubble"
     # green cannot remove rubble, orange can
-    s = state(env, [((7, 6), "right"), ((5, 6), "up")])
+    s = state(env, [((7, 1), "right"), ((5, 3), "up")])
     s1, team, *_ = do(vr, s, INTERACT, STAY)
     assert not flag(env, s1, "Rubble1") and team.tolist() == [0, 0]
-    s = state(env, [((5, 6), "up"), ((7, 6), "right")])
+    s = state(env, [((5, 3), "up"), ((7, 1), "right")])
     s1, team, done, ind, _ = do(vr, s, STAY, INTERACT)
     assert flag(env, s1, "Rubble1") and team.tolist() == [1, 1] and ind.tolist() == [0, 1]
     # rubble blocks, removed rubble does not
     s2, *_ = do(vr, s, STAY, RIGHT)
-    assert xy(env, s2, 1) == (7, 6)
+    assert xy(env, s2, 1) == (7, 1)
     s3, *_ = do(vr, s1, STAY, RIGHT)
-    assert xy(env, s3, 1) == (8, 6)
+    assert xy(env, s3, 1) == (8, 1)
     # orange cannot heal, green can; victims block either way
-    s = state(env, [((5, 1), "up"), ((2, 1), "left")])
+    s = state(env, [((5, 3), "up"), ((2, 1), "left")])
     s1, team, *_ = do(vr, s, STAY, INTERACT)
     assert not flag(env, s1, "Victim1") and team.tolist() == [0, 0]
-    s = state(env, [((2, 1), "left"), ((5, 1), "up")])
+    s = state(env, [((2, 1), "left"), ((5, 3), "up")])
     s1, team, done, ind, _ = do(vr, s, INTERACT, STAY)
     assert flag(env, s1, "Victim1") and team.tolist() == [1, 1] and ind.tolist() == [1, 0]
     s2, *_ = do(vr, s1, LEFT, STAY)
@@ -327,11 +329,11 @@ def test_roles_rubble_and_victims():
 def test_home_counts_only_after_all_tasks():
     env = env_of("victim_rubble")
     vr = "victim_rubble"
-    s = state(env, [((5, 3), "down"), ((6, 6), "up")], flags=["Victim1", "Rubble3"])
+    s = state(env, [((4, 4), "down"), ((6, 3), "up")], flags=["Victim1", "Rubble3"])
     s1, team, done, *_ = do(vr, s, DOWN, STAY)
-    assert xy(env, s1, 0) == (5, 4) and not done and team.tolist() == [0, 0]
+    assert xy(env, s1, 0) == (4, 5) and not done and team.tolist() == [0, 0]
     everything = ["Victim1", "Victim2", "Rubble1", "Rubble2"]
-    s = state(env, [((5, 3), "down"), ((6, 6), "down")], flags=everything, step=29)
+    s = state(env, [((4, 4), "down"), ((6, 3), "up")], flags=everything, step=29)
     s1, team, done, ind, _ = do(vr, s, DOWN, INTERACT)  # last rubble and home in one step
     assert done and bool(env.won(s1))
     assert team.tolist() == pytest.approx([1 + 1 + 1 - 30 / 80] * 2)
@@ -366,27 +368,27 @@ def test_two_switch_potential_follows_assignment():
 def test_victim_rubble_potential_follows_priorities():
     env = env_of("victim_rubble")
     vr = "victim_rubble"
-    # orange: Rubble1 first
-    s = state(env, [((2, 2), "up"), ((6, 6), "up")])
+    # orange: Rubble1 first (up and round Rubble3 to the doorway at (7, 1))
+    s = state(env, [((1, 2), "up"), ((5, 3), "up")])
     phi = np.asarray(potential(vr)(s))
-    assert do(vr, s, STAY, RIGHT)[4][1] > phi[1] and do(vr, s, STAY, LEFT)[4][1] < phi[1]
-    s = state(env, [((2, 2), "up"), ((7, 6), "right")])
+    assert do(vr, s, STAY, UP)[4][1] > phi[1] and do(vr, s, STAY, LEFT)[4][1] < phi[1]
+    s = state(env, [((1, 2), "up"), ((7, 1), "right")])
     phi = np.asarray(potential(vr)(s))
     assert do(vr, s, STAY, INTERACT)[4][1] > phi[1] + 10
     # green: the accessible victim first; moving around while only the blocked one is left
     # is neutral; healing raises green's potential
-    s = state(env, [((3, 1), "left"), ((6, 6), "up")])
+    s = state(env, [((3, 1), "left"), ((5, 3), "up")])
     phi = np.asarray(potential(vr)(s))
-    assert do(vr, s, LEFT, STAY)[4][0] > phi[0] and do(vr, s, DOWN, STAY)[4][0] < phi[0]
-    s = state(env, [((2, 1), "left"), ((6, 6), "up")])
+    assert do(vr, s, LEFT, STAY)[4][0] > phi[0] and do(vr, s, RIGHT, STAY)[4][0] < phi[0]
+    s = state(env, [((2, 1), "left"), ((5, 3), "up")])
     phi = np.asarray(potential(vr)(s))
     assert do(vr, s, INTERACT, STAY)[4][0] > phi[0] + 10
-    s = state(env, [((5, 2), "up"), ((2, 6), "up")], flags=["Victim1"])
+    s = state(env, [((5, 2), "up"), ((1, 4), "up")], flags=["Victim1"])
     phi = np.asarray(potential(vr)(s))
     for a in (UP, DOWN, LEFT, RIGHT):
         assert do(vr, s, a, STAY)[4][0] == phi[0]
     # once the path is clear, approaching the victim in Chamber4 pays
-    s = state(env, [((6, 6), "up"), ((2, 6), "up")], flags=["Victim1", "Rubble1", "Rubble2"])
+    s = state(env, [((6, 1), "up"), ((1, 4), "up")], flags=["Victim1", "Rubble1", "Rubble2"])
     phi = np.asarray(potential(vr)(s))
     assert do(vr, s, RIGHT, STAY)[4][0] > phi[0] and do(vr, s, LEFT, STAY)[4][0] < phi[0]
 
@@ -498,22 +500,63 @@ def test_two_switch_text():
 
 def test_victim_rubble_text():
     env = env_of("victim_rubble")
-    s = state(env, [((2, 2), "up"), ((5, 3), "right")], flags=["Rubble1"])
+    # the paper's prompt (sec. 4.2.2): Rubble1 at (8,1), Rubble2 at (9,2), orange at (4,3)
+    s = state(env, [((2, 2), "up"), ((4, 3), "right")], flags=["Rubble1"])
     d = env.describe(s, 1)
-    assert "ego agent (the orange agent" in d and "at Chamber3 (5, 3), facing right" in d
+    assert "ego agent (the orange agent" in d and "at Chamber3 (4, 3), facing right" in d
     assert "teammate (the green agent" in d and "Chamber1 (2, 2)" in d
-    assert "Rubble1 at Chamber5 (8, 6): removed" in d
-    assert "Victim2 at Chamber4 (9, 1): not healed yet" in d
+    assert "Rubble1 at Chamber5 (8, 1): removed" in d
+    assert "Victim2 at Chamber4 (12, 2): not healed yet" in d
     ctx = env.prompt_context(s, 1)
-    assert ctx["ego_role"] == "the orange agent at Chamber3 (5,3)"
+    assert ctx["ego_role"] == "the orange agent at Chamber3 (4,3)"
     dep = ctx["dependency"]
     assert "The green agent always prioritizes rescuing victims whose path is free" in dep
-    assert "Rubble2: Chamber5 (9,4), **blocking the only passage** reaching Chamber4" in dep
+    assert "Rubble2: Chamber5 (9,2), **blocking the only passage** reaching Chamber4" in dep
     assert "Rubble1:" not in dep  # removed: no longer a constraint
-    s = state(env, [((2, 2), "up"), ((5, 3), "right")])
+    s = state(env, [((2, 2), "up"), ((4, 3), "right")])
     dep = env.prompt_context(s, 0)["dependency"]
-    assert "Rubble1: Chamber5 (8,6), **blocking the only passage** between Chamber5" in dep
+    assert "Rubble1: Chamber5 (8,1), **blocking the only passage** between Chamber5" in dep
     assert env.prompt_context(s, 0)["ego_role"] == "the green agent at Chamber1 (2,2)"
+    # the reconstructed map keeps its own coordinates
+    long = env_of("victim_rubble", layout="long_corridor")
+    s = state(long, [((2, 2), "up"), ((5, 3), "right")])
+    assert "Victim2 at Chamber4 (9, 1)" in long.describe(s, 1)
+    assert "Rubble2: Chamber5 (9,4)" in long.prompt_context(s, 0)["dependency"]
+
+
+def test_victim_rubble_layouts():
+    paper, long = env_of("victim_rubble"), env_of("victim_rubble", layout="long_corridor")
+    assert paper.layout == "paper" and (paper.width, paper.height) == (14, 7)
+    assert long.layout == "long_corridor" and (long.width, long.height) == (11, 9)
+    for env in (paper, long):
+        names = [o.name for o in env.objects]
+        for rubble in ("Rubble1", "Rubble2"):  # each blocks the only way to Victim2
+            k = names.index(rubble)
+            flags = np.ones(env.num_objects, bool)
+            flags[names.index("Victim2")] = False
+            open_ = env.free_cells(flags)
+            flags[k] = False
+            shut = env.free_cells(flags)
+            victim2 = env.obj_cell[names.index("Victim2")]
+            around = victim2 + env.delta
+            home = env.arrival_cell
+            assert flood_fill(open_, home, env.width)[around].any()
+            assert not flood_fill(shut, home, env.width)[around].any()
+    with pytest.raises(ValueError, match="unknown layout 'wide'"):
+        envs.make("victim_rubble", layout="wide")
+    with pytest.raises(ValueError, match="needs its room map"):
+        envs.make("victim_rubble", layout=LONG_CORRIDOR_LAYOUT)
+
+
+def test_waiting_agent_steps_out_of_the_way():
+    """Green, done with the free victim and waiting for the path to the other, stands in
+    Chamber1's doorway cell the orange agent needs: it steps aside, off orange's way."""
+    env = env_of("victim_rubble")
+    s = state(env, [((2, 1), "left"), ((2, 2), "up")], flags=["Victim1"])
+    acts = np.asarray(env.greedy_actions(s))
+    assert acts.tolist() == [RIGHT, UP]
+    s = state(env, [((4, 1), "right"), ((3, 1), "right")], flags=["Victim1"])
+    assert int(env.greedy_actions(s)[0]) == DOWN  # (4, 2): off the row orange walks
 
 
 # ----- random and reset states ---------------------------------------------------------------

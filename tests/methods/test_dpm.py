@@ -878,7 +878,8 @@ def test_trajectory_prompts_describe_the_window_they_show(smax):
     state, next_state = _at(batch.state, 0), _at(batch.next_state, 0)
     assert not np.asarray(batch.done)[0, : 2 * length].any()
     describer = require(aenv, SceneDescriber, needed_by="the test")
-    (prompt,) = text.trajectory_prompts(describer, state, next_state, [((0, 0), (4, 1))], length)
+    pairs = [((0, 0, length), (4, 1, length))]
+    (prompt,) = text.trajectory_prompts(describer, state, next_state, pairs)
     assert f"a window of {length} consecutive steps of one episode" in prompt
     assert "final state and its length" not in prompt
     shown = r"Window : (\d+) steps, from episode step (\d+) to episode step (\d+)"
@@ -892,6 +893,14 @@ def test_trajectory_prompts_describe_the_window_they_show(smax):
         assert initial in prompt and final in prompt
     with pytest.raises(ValueError, match="a 4-step window must end 4 steps after it starts"):
         describer.trajectory(_at(state, 0, 0), _at(next_state, 2, 0), length)
+    with pytest.raises(ValueError, match="windows of one comparison have one length"):
+        text.trajectory_prompts(describer, state, next_state, [((0, 0, 4), (4, 1, 3))])
+    # whole episodes (segments: episode) may differ in length, and the prompt says so
+    (prompt,) = text.trajectory_prompts(
+        describer, state, next_state, [((0, 0, 4), (4, 1, 3))], episodes=True
+    )
+    assert "Each trajectory is one whole episode" in prompt and "a window of" not in prompt
+    assert re.findall(shown, prompt)[1][0] == "3"
 
 
 def test_agent_ranking_prompt_carries_the_papers_focused_attack_notice(smax):
@@ -989,3 +998,41 @@ def test_label_ladder_scores_rankings_by_the_pairs_the_oracle_orders():
         np.array([1.0, 0.5, 0.0, 1.0]), np.array([True, True, True, False]), np.array([1, 1, 0, 0])
     )
     assert pair == pytest.approx(2 / 3)  # the tie disagrees, the unanswered pair is not scored
+
+
+def test_episode_queries_compare_whole_episodes_of_the_play():
+    """With ``segments: episode`` every candidate is an episode that starts after an
+    episode end and ends within the play; a query's segment masks exactly its steps and
+    the teacher values it from the episode's first and last states."""
+    from jaxmarl_llm.methods.dpm.online import round_programs
+
+    aenv = envs.make_array_env("smax:3m", max_steps=10)
+    cfg = DPMConfig(
+        rounds=1,
+        labels_per_round=8,
+        segments="episode",
+        segment_length=12,
+        collect_steps=48,
+        fit_steps=5,
+    )
+    model = reward_model(aenv, cfg)
+    params = jax.tree.map(lambda x: x[None], initial_params(model, aenv, jax.random.PRNGKey(0)))
+    batch = _random_batch(aenv, steps=48, envs_=3, seeds=1)
+    q = round_programs(aenv, cfg, model).round_fn(batch, params, jax.random.PRNGKey(1)[None], 1.0)
+    done = np.asarray(batch.done[0])  # [T, E]
+    complete = sum(
+        len(ends) - 1 for ends in (np.flatnonzero(done[:, e]) for e in range(done.shape[1]))
+    )
+    assert complete >= 8 and int(q["candidates"]["trajectory"][0]) == complete
+    query, data = jax.tree.map(lambda x: np.asarray(x[0]), (q["trajectory_query"], q["trajectory"]))
+    assert query["picked"].all()
+    masks = {"a": data.mask_a, "b": data.mask_b}
+    for j, side in enumerate("ab"):
+        for i in range(4):
+            t, e, n = (int(query[k][i, j]) for k in ("start", "env", "length"))
+            assert done[t - 1, e] and done[t + n - 1, e] and not done[t : t + n - 1, e].any()
+            assert masks[side][i].all(-1).sum() == n and not masks[side][i, n:].any()
+            first = jax.tree.map(lambda x, t=t, e=e: x[0, t, e], batch.state)
+            last = jax.tree.map(lambda x, t=t, n=n, e=e: x[0, t + n - 1, e], batch.next_state)
+            value = segment_value(aenv, first, last, cfg.enemy_damage_weight)
+            assert float(query["values"][i, j]) == pytest.approx(float(value), abs=1e-6)

@@ -1,5 +1,6 @@
 """LCA on a toy race: pairs, labels, the fitted potential and the shaper inside a learner."""
 
+import functools
 import json
 
 import chex
@@ -232,3 +233,99 @@ def test_labels_through_an_openai_compatible_endpoint_report_tokens(tmp_path):
     assert r["usage"]["prompt_tokens"] == asked * 7 and r["usage"]["completion_tokens"] == asked
     # "2" means the state shown second is better: half the prompts show s' first
     assert 0.0 < float(np.mean(np.load(tmp_path / "pairs.npz")["confidence"])) < 1.0
+
+
+@functools.cache
+def _completion_pool():
+    import envs
+    from jaxmarl_llm.methods.lca.pairs import completion_transitions
+
+    env = envs.make_array_env("victim_rubble")
+    t, completed = jax.jit(completion_transitions, static_argnums=(0, 2, 3))(
+        env, jax.random.PRNGKey(4), 16, 2048
+    )
+    return env, t, np.asarray(completed).reshape(2048, 16)
+
+
+def test_completion_pool_plays_without_step_limit_until_the_task_is_completed():
+    env, t, completed = _completion_pool()
+    raw = env.env
+    won = np.asarray(jax.vmap(raw.won)(t.next_state)).reshape(2048, 16)
+    step = np.asarray(t.state.step).reshape(2048, 16)
+    assert won.any() and (step > raw.max_steps).any()  # no time limit
+    for e in range(16):
+        ends = np.nonzero(won[:, e])[0]
+        last = ends[-1] if ends.size else -1
+        # exactly the steps up to the last completion belong to completed trajectories
+        np.testing.assert_array_equal(completed[:, e], np.arange(2048) <= last)
+        # after a completion the env starts over from a reset state
+        for k in ends[ends < 2047]:
+            assert step[k + 1, e] == 0
+    flags = np.asarray(t.state.flags).reshape(2048, 16, -1)
+    assert (flags[..., :5].sum(-1) == 5)[completed].any()  # the last stage is on the path
+
+
+def test_completion_pairs_cover_the_stages_random_play_under_the_limit_misses():
+    import envs
+
+    env = envs.make_array_env("victim_rubble")
+    key = jax.random.PRNGKey(3)
+    full = sample_transitions(env, key, 2000, "completion", 32, horizon=4096)
+    limited = sample_transitions(env, key, 2000, "rollout", 32)
+    chex.assert_shape(full.actions, (2000, 2))
+    done = lambda t: np.asarray(t.state.flags[:, :5]).sum(-1)  # noqa: E731
+    assert (done(full) >= 4).mean() > 5 * max((done(limited) >= 4).mean(), 0.01)
+
+
+def test_completion_pairs_need_a_completable_task_and_enough_completions():
+    import envs
+
+    with pytest.raises(ValueError, match="needs an env whose task can be completed"):
+        sample_transitions(_env(), jax.random.PRNGKey(0), 16, "completion", 8)
+    with pytest.raises(ValueError, match="completed the task on only 0 steps"):
+        sample_transitions(
+            envs.make_array_env("victim_rubble"),
+            jax.random.PRNGKey(0),
+            16,
+            "completion",
+            4,
+            horizon=8,
+        )
+
+
+def test_on_path_agreement_scores_the_potential_along_scripted_play():
+    import envs
+    from jaxmarl_llm.methods.lca.on_path import on_path_agreement
+
+    env = envs.make_array_env("victim_rubble")
+    key = jax.random.PRNGKey(0)
+    same = on_path_agreement(env, env.env.heuristic_potential, key, 16)
+    flipped = on_path_agreement(env, lambda s: -env.env.heuristic_potential(s), key, 16)
+    assert same["agreement"] == 1.0 and flipped["agreement"] == 0.0
+    assert same["moves"] == flipped["moves"] > 100
+    # every stage of the task is walked, by both roles
+    assert set(same["by_stage"]) >= {"0", "1", "2", "3", "4", "5"}
+    counts = sum(n for row in same["by_stage"].values() for _, n in row.values())
+    assert counts == same["moves"]
+    # moving along x only: right on some stretches, wrong on others
+    east = on_path_agreement(env, lambda s: (s.pos % env.env.width).astype(float), key, 16)
+    assert 0.0 < east["agreement"] < 1.0 and east["worst_stage"] < east["agreement"]
+    assert on_path_agreement(_env(), lambda s: s.pos.astype(float), key, 4) is None
+
+
+def test_reports_carry_on_path_agreement_where_the_env_has_a_scripted_policy():
+    import envs
+
+    cfg = LCAConfig(
+        num_pairs=400,
+        fit_steps=50,
+        batch_size=64,
+        hidden=[16],
+        pair_source="completion",
+        rollout_envs=16,
+        completion_horizon=1024,
+    )
+    report = prepare(envs.make_array_env("victim_rubble"), cfg, seed=0, progress=False).report
+    path = report["on_path"]
+    assert 0.0 <= path["worst_stage"] <= path["agreement"] <= 1.0 and path["moves"] > 1000
+    assert "on_path" not in prepare(_env(), LCAConfig(**SMALL), seed=0, progress=False).report

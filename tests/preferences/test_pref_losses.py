@@ -115,8 +115,9 @@ class AgentRankingLossTest(chex.TestCase):
         )
         rewards = jnp.array([[1.0, 0.0, -1.0]])
         l1, l2 = softplus(-1.0), softplus(-2.0)
-        # 6 ordered pairs, each the full CE: (0,1),(1,0),(1,2),(2,1) gap 1; (0,2),(2,0) gap 2.
-        expected = (4 * l1 + 2 * l2) / 6
+        # 6 ordered pairs, each -beta_ij log P(i > j): (0,1), (1,2) gap 1 and (0,2) gap 2
+        # with beta 1, the reversed orders with beta 0.
+        expected = (2 * l1 + l2) / 6
         f = self.variant(losses.agent_ranking_loss)
         np.testing.assert_allclose(f(rewards, pairs.label, pairs.valid), expected, rtol=1e-6)
         # DPM eq. 6 literally: (1/|M|) sum over ordered pairs of beta_ij log P(i > j).
@@ -130,7 +131,10 @@ class AgentRankingLossTest(chex.TestCase):
                 if i != j
             ]
         )
-        np.testing.assert_allclose(f(rewards, pairs.label, pairs.valid), 2 * eq6, rtol=1e-6)
+        np.testing.assert_allclose(f(rewards, pairs.label, pairs.valid), eq6, rtol=1e-6)
+        # ... half the mean full cross-entropy over the mirrored pairs
+        full = (4 * l1 + 2 * l2) / 6
+        np.testing.assert_allclose(f(rewards, pairs.label, pairs.valid), full / 2, rtol=1e-6)
 
     @chex.variants(with_jit=True, without_jit=True)
     def test_step_and_pair_masks(self):
@@ -138,10 +142,11 @@ class AgentRankingLossTest(chex.TestCase):
         pair_valid = jnp.array([[[False, True], [True, False]]] * 2)
         rewards = jnp.array([[2.0, 0.0], [jnp.nan, 1.0]])
         f = self.variant(losses.agent_ranking_loss)
-        # Step 1 is invalid (and holds a nan): the loss is step 0's alone.
+        # Step 1 is invalid (and holds a nan): the loss is step 0's alone, the mean over its
+        # two ordered pairs of -beta log P ((1, 0) has beta 0).
         out = f(rewards, label, pair_valid, jnp.array([True, False]))
-        np.testing.assert_allclose(out, softplus(-2.0), rtol=1e-6)
-        # One-sided pair matrices (only (0, 1) marked) give the same value.
+        np.testing.assert_allclose(out, softplus(-2.0) / 2, rtol=1e-6)
+        # With only (0, 1) marked, that pair alone.
         upper = jnp.array([[[False, True], [False, False]]] * 2)
         out2 = f(rewards, label, upper, jnp.array([True, False]))
         np.testing.assert_allclose(out2, softplus(-2.0), rtol=1e-6)

@@ -11,6 +11,7 @@ LABELERS = ("heuristic", "backend")
 CACHE_MODES = ("use", "replay")
 PREFERENCES = ("both", "trajectory", "agent")
 SELECTIONS = ("kendall", "random")
+SEGMENTS = ("window", "episode")
 CENTERINGS = ("mean", "neutral", "none")  # or a number: the quantile
 _OLD_CENTERING = ("center_reward", "center_quantile", "center_neutral")
 _OLD_FADE = ("fade_updates", "fade_after_win")
@@ -71,8 +72,16 @@ class DPMConfig:
     # every chunk; needs every: null
     feedback_every_episodes: int | None = None
     labels_per_round: int = 150  # split evenly between the two types with 'both'
-    segment_length: int = 8  # steps of a compared trajectory segment
-    collect_steps: int = 256  # policy steps per env played for each round's candidates
+    # what a trajectory query compares: window (segment_length consecutive steps of one
+    # episode) | episode (whole episodes that start and end in the candidates' play, of
+    # at most segment_length steps, as the paper's prompt shows an episode's outcome)
+    segments: str = "window"
+    segment_length: int = 8  # steps of a window; the longest episode an episode query takes
+    # policy steps per env played for each round's candidates. The paper samples them from
+    # the replay buffer; here they are the current policy's play (QMIX's buffer keeps no
+    # env states for the teacher), and Kendall selection needs many more candidates than
+    # queries to choose from: a round reports how many candidates were valid
+    collect_steps: int = 256
     selection: str = "kendall"
     # a candidate qualifies when the ensemble's mean Kendall tau is below the threshold,
     # which falls linearly from threshold_start (round 0) to threshold_end (last round);
@@ -140,6 +149,7 @@ class DPMConfig:
         for key, valid in (
             ("preferences", PREFERENCES),
             ("selection", SELECTIONS),
+            ("segments", SEGMENTS),
             ("labeler", LABELERS),
             ("cache_mode", CACHE_MODES),
         ):

@@ -127,41 +127,70 @@ class _RoundPrograms:
             return prefs.agent_ranking_dataset(flat(feats)[index], pairs, valid=picked)
 
         seg = cfg.segment_length
-        w = t_len // seg
-        split = lambda x: jnp.swapaxes(x[: w * seg].reshape(w, seg, e, *x.shape[2:]), 1, 2)
-        # [W, E, L, ...] -> candidates [W * E, L, ...]
-        cands = lambda x: split(x).reshape(w * e, seg, *x.shape[2:])
-        seg_valid = ~cands(batch.done)[:, :-1].any(-1)
-        first = jax.tree.map(lambda x: cands(x)[:, 0], batch.state)
-        last = jax.tree.map(lambda x: cands(x)[:, -1], batch.next_state)
         damage_weight = cfg.enemy_damage_weight
-        seg_value = jax.vmap(lambda a, b: segment_value(env, a, b, damage_weight))(first, last)
-        seg_feats = cands(feats)
+        t_idx = jnp.broadcast_to(jnp.arange(t_len)[:, None], (t_len, e))
+        e_idx = jnp.broadcast_to(jnp.arange(e)[None], (t_len, e))
+        if cfg.segments == "window":
+            # windows [W * E] (window-major) that do not cross an episode end
+            w = t_len // seg
+            split = lambda x: jnp.swapaxes(x[: w * seg].reshape(w, seg, e, *x.shape[2:]), 1, 2)
+            cands = lambda x: split(x).reshape(w * e, seg, *x.shape[2:])
+            seg_valid = ~cands(batch.done)[:, :-1].any(-1)
+            seg_cons = prefs.trajectory_consensus(cands(consensus))
+            starts, envs = t_idx[::seg][:w].reshape(-1), e_idx[::seg][:w].reshape(-1)
+            lengths = jnp.full((w * e,), seg, jnp.int32)
+        else:
+            # candidate (t, e): the episode that starts at step t of env e (the step after
+            # an episode end) and ends within the play, in at most seg steps
+            start = jnp.concatenate([jnp.zeros((1, e), bool), batch.done[:-1]], 0)
+            ends = jax.lax.cummin(jnp.where(batch.done, t_idx, t_len), axis=0, reverse=True)
+            length = ends - t_idx + 1
+            seg_valid = flat(start & (ends < t_len) & (length <= seg))
+            cum = jnp.cumsum(consensus, 0)
+            inside = jnp.take_along_axis(cum, jnp.minimum(ends, t_len - 1), 0) - cum + consensus
+            seg_cons = flat(inside / jnp.maximum(length, 1))
+            starts, envs, lengths = flat(t_idx), flat(e_idx), flat(length)
+
+        def segments_at(index):
+            """Features ``[K, seg, N, F]``, step mask and teacher value of candidates."""
+            t0, env_i, n_steps = starts[index], envs[index], lengths[index]
+            offset = jnp.arange(seg)
+            steps = jnp.minimum(t0[:, None] + offset, t_len - 1)
+            f = feats[steps, env_i[:, None]]
+            mask = jnp.broadcast_to((offset < n_steps[:, None])[..., None], f.shape[:3])
+            last_t = jnp.clip(t0 + n_steps - 1, 0, t_len - 1)
+            first = jax.tree.map(lambda x: x[t0, env_i], batch.state)
+            last = jax.tree.map(lambda x: x[last_t, env_i], batch.next_state)
+            value = jax.vmap(lambda a, b: segment_value(env, a, b, damage_weight))(first, last)
+            return f, mask, value
 
         def trajectory_queries(k_lab, index, picked, noise):
             half = index.shape[0] // 2
             a, b = index[:half], index[half:]
-            labels = pair_preferences(k_lab, seg_value[a], seg_value[b], noise)
+            (fa, ma, va), (fb, mb, vb) = segments_at(a), segments_at(b)
+            labels = pair_preferences(k_lab, va, vb, noise)
             both = picked[:half] & picked[half:]
             labels = PairLabels(labels.label, labels.valid & both)
-            return prefs.segment_pairs(seg_feats[a], seg_feats[b], labels), a, b, both
+            data = prefs.segment_pairs(fa, fb, labels, mask_a=ma, mask_b=mb)
+            return data, a, b, both, jnp.stack([va, vb], -1)
 
         if self.k_agent:
             index, picked = select(k_agent_sel, flat(consensus), step_valid, self.k_agent)
             out["agent"] = agent_queries(k_agent_lab, index, picked, self.noise)
             out["agent_query"] = {"index": index, "picked": picked, "scores": flat(scores)[index]}
         if self.k_traj:
-            seg_cons = prefs.trajectory_consensus(cands(consensus))
             index, picked = select(k_traj_sel, seg_cons, seg_valid, 2 * self.k_traj)
-            out["trajectory"], a, b, both = trajectory_queries(
+            out["trajectory"], a, b, both, values = trajectory_queries(
                 k_traj_lab, index, picked, self.noise
             )
             out["trajectory_query"] = {
-                "a": a,
-                "b": b,
-                "values": jnp.stack([seg_value[a], seg_value[b]], -1),
+                "start": jnp.stack([starts[a], starts[b]], -1),
+                "env": jnp.stack([envs[a], envs[b]], -1),
+                "length": jnp.stack([lengths[a], lengths[b]], -1),
+                "values": values,
                 "picked": both,
             }
+        out["candidates"] = {"trajectory": seg_valid.sum(), "agent": step_valid.sum()}
         # Held-out evaluation (appendix B.1): random queries of both kinds, labelled by the
         # noise-free scripted teacher, never trained on.
         k_ea, k_et, k_la, k_lt = jax.random.split(jax.random.fold_in(key, 0xE7A1), 4)
@@ -169,7 +198,7 @@ class _RoundPrograms:
         num = min(EVAL_QUERIES, t_len * e)
         index, picked = prefs.select_uniform(k_ea, step_valid, num)
         out["eval"] = {"agent": agent_queries(k_la, index, picked, exact)}
-        num = min(EVAL_QUERIES, (w * e) // 2)
+        num = min(EVAL_QUERIES, seg_valid.shape[0] // 2)
         index, picked = prefs.select_uniform(k_et, seg_valid, 2 * num)
         out["eval"]["trajectory"] = trajectory_queries(k_lt, index, picked, exact)[0]
 
@@ -370,10 +399,13 @@ class DPMFeedback:
                     if kind == "trajectory":
                         qt = jax.device_get(q["trajectory_query"])
                         picked = np.flatnonzero(qt["picked"][s])
-                        seg = cfg.segment_length
-                        where = lambda c, e=num_envs, L=seg: (int(c) // e * L, int(c) % e)
-                        pairs = [(where(qt["a"][s][i]), where(qt["b"][s][i])) for i in picked]
-                        prompts = text.trajectory_prompts(describer, st, nx, pairs, seg)
+                        at = lambda i, j, q=qt, s=s: tuple(
+                            int(q[k][s][i, j]) for k in ("start", "env", "length")
+                        )
+                        pairs = [(at(i, 0), at(i, 1)) for i in picked]
+                        prompts = text.trajectory_prompts(
+                            describer, st, nx, pairs, episodes=cfg.segments == "episode"
+                        )
                         asked = text.ask_trajectories(
                             backends[kind], prompts, qt["values"][s][picked], params, policy
                         )
@@ -432,6 +464,8 @@ class DPMFeedback:
 
     def _check_candidates(self, steps: int, num_envs: int) -> None:
         segments = (steps // self.cfg.segment_length) * num_envs
+        if self.cfg.segments == "episode":  # at most one episode per two steps
+            segments = (steps // 2) * num_envs
         if segments < 2 * self.k_traj or steps * num_envs < self.k_agent:
             raise ValueError(
                 f"a DPM round collects {steps} steps x {num_envs} envs: {segments} segments of "
@@ -501,6 +535,9 @@ class DPMFeedback:
             "threshold": float(threshold),
             "mean_consensus": host(q["consensus"]),
             "labels": {k: int(np.asarray(v.valid).sum()) for k, v in new.items()},
+            # valid candidates per seed: Kendall selection chooses among these; fewer than
+            # twice the trajectory queries (or the agent queries) leaves labels unasked
+            "candidates": {k: host(v) for k, v in q["candidates"].items()},
             "labels_total_per_seed": {
                 k: int(np.asarray(v.valid[0]).sum()) for k, v in data.items()
             },

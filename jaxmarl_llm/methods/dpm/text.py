@@ -43,25 +43,28 @@ def _at(tree: Any, *index: int) -> Any:
 
 
 def trajectory_prompts(
-    describer: SceneDescriber, state, next_state, pairs, length: int
+    describer: SceneDescriber, state, next_state, pairs, episodes: bool = False
 ) -> list[str]:
-    """Prompts for segment pairs ``[(first_a, last_a, first_b, last_b)]`` of host states
-    given as (t, e) index tuples into ``state`` / ``next_state`` (leaves ``[T, E, ...]``)."""
+    """Prompts for segment pairs ``[((t_a, e_a, length_a), (t_b, e_b, length_b))]``: the
+    segment of env ``e`` that starts at step ``t`` of the host states (leaves ``[T, E,
+    ...]``) and lasts ``length`` steps; ``episodes``: each is a whole episode."""
     out = []
-    for (ta, ea), (tb, eb) in pairs:
-        first_a, last_a = _at(state, ta, ea), _at(next_state, ta + length - 1, ea)
-        first_b, last_b = _at(state, tb, eb), _at(next_state, tb + length - 1, eb)
-        out.append(
-            templates.render(
-                "dpm_trajectory_comparison",
-                game=GAME,
-                scenario_info=describer.scenario_info(first_a),
-                trajectory_1=describer.trajectory(first_a, last_a, length),
-                trajectory_2=describer.trajectory(first_b, last_b, length),
-                criterion=CRITERION,
-                length=length,
-            )
+    for (ta, ea, la), (tb, eb, lb) in pairs:
+        first_a, last_a = _at(state, ta, ea), _at(next_state, ta + la - 1, ea)
+        first_b, last_b = _at(state, tb, eb), _at(next_state, tb + lb - 1, eb)
+        fields = dict(
+            game=GAME,
+            scenario_info=describer.scenario_info(first_a),
+            trajectory_1=describer.trajectory(first_a, last_a, la),
+            trajectory_2=describer.trajectory(first_b, last_b, lb),
+            criterion=CRITERION,
         )
+        if episodes:
+            out.append(templates.render("dpm_episode_comparison", **fields))
+        else:
+            if la != lb:
+                raise ValueError(f"windows of one comparison have one length, got {la} and {lb}")
+            out.append(templates.render("dpm_trajectory_comparison", length=la, **fields))
     return out
 
 

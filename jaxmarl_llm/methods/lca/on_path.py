@@ -13,6 +13,7 @@ number of task flags done before the step, ``task_stage``) and per role; the wor
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -26,8 +27,8 @@ from jaxmarl_llm.preferences.models import RewardModel
 MIN_MOVES = 50  # fewer moves in a (stage, role) cell: reported, not the worst stage
 
 
-@functools.partial(jax.jit, static_argnames=("env", "model", "num_starts"))
-def _path_signs(env: ArrayEnv, model: RewardModel, params: Any, key: jax.Array, num_starts: int):
+@functools.partial(jax.jit, static_argnames=("env", "score", "num_starts"))
+def _path_signs(env: ArrayEnv, score: Callable, key: jax.Array, num_starts: int):
     """``(stage [T, S], agree [T, S, N], counted [T, S, N])`` over ``num_starts`` scripted
     episodes of ``max_steps`` steps (steps after completion not counted)."""
     raw = env.env
@@ -38,9 +39,7 @@ def _path_signs(env: ArrayEnv, model: RewardModel, params: Any, key: jax.Array, 
         a = raw.greedy_actions(s)
         _, s2, _, _, _ = raw.step_env(key, s, env.unstack_actions(a))
         d_phi = raw.heuristic_potential(s2) - raw.heuristic_potential(s)
-        d_sig = model.apply_agents(params, raw.agent_features(s2)) - model.apply_agents(
-            params, raw.agent_features(s)
-        )
+        d_sig = score(s2) - score(s)
         counted = ~done & (a != raw.noop_action) & (d_phi != 0)
         agree = jnp.sign(d_sig) == jnp.sign(d_phi)
         return s2, done | raw.won(s2), (stage_of(s), agree, counted)
@@ -55,17 +54,22 @@ def _path_signs(env: ArrayEnv, model: RewardModel, params: Any, key: jax.Array, 
     return out
 
 
+def model_score(env: ArrayEnv, model: RewardModel, params: Any) -> Callable:
+    """``state -> [N]`` learned potential of every agent (``params``: the model's own)."""
+    return lambda s: model.apply_agents(params, env.env.agent_features(s))
+
+
 def on_path_agreement(
-    env: ArrayEnv, model: RewardModel, params: Any, key: jax.Array, num_starts: int = 128
+    env: ArrayEnv, score: Callable, key: jax.Array, num_starts: int = 128
 ) -> dict[str, Any] | None:
-    """Sign agreement of the learned potential (``model`` with ``params``, the model's own
-    parameters) with the heuristic along scripted play; None for an env without a
-    scripted policy. ``{"agreement", "worst_stage", "moves", "by_stage": {stage: {role:
-    [agreement, moves]}}}``."""
+    """Sign agreement of a potential ``score`` (``state -> [N]``, e.g. ``model_score``)
+    with the heuristic along scripted play; None for an env without a scripted policy.
+    ``{"agreement", "worst_stage", "moves", "by_stage": {stage: {role: [agreement,
+    moves]}}}``."""
     raw = env.env
     if capability(raw, ScriptedPolicy) is None:
         return None
-    stage, agree, counted = map(np.asarray, _path_signs(env, model, params, key, num_starts))
+    stage, agree, counted = map(np.asarray, _path_signs(env, score, key, num_starts))
     roles = list(raw.roles)
     by_stage: dict[str, dict[str, list]] = {}
     worst = None

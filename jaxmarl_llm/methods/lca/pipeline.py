@@ -39,7 +39,7 @@ from jaxmarl_llm.methods.lca.labels import (
     heuristic_values,
     label_accuracy,
 )
-from jaxmarl_llm.methods.lca.on_path import on_path_agreement
+from jaxmarl_llm.methods.lca.on_path import model_score, on_path_agreement
 from jaxmarl_llm.methods.lca.pairs import Transitions, both_states, sample_transitions
 from jaxmarl_llm.methods.lca.potential import PotentialParams, role_groups
 from jaxmarl_llm.methods.lca.team_goal import GOAL_FILE, infer_team_goal
@@ -330,7 +330,8 @@ def prepare(
     info["heuristic_tie_fraction"] = float((phi == phi_next).mean())
     model, params, fit_report = fit_potential(env, cfg, k_fit, data)
     report = {"fingerprint": fp, **info, **fit_report}
-    path = on_path_agreement(env, model, params.model, jax.random.PRNGKey(ON_PATH_SEED))
+    score = model_score(env, model, params.model)
+    path = on_path_agreement(env, score, jax.random.PRNGKey(ON_PATH_SEED))
     if path is not None:
         report["on_path"] = path
     if artifact_dir is not None:

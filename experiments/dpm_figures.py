@@ -9,6 +9,9 @@
     python experiments/dpm_figures.py zero                      # the intrinsic reward's zero point
     python experiments/dpm_figures.py budget                    # 2M env steps, six DPM seeds
     python experiments/dpm_figures.py pessimism --maps 8m 3m    # the members' std off the reward
+    python experiments/dpm_figures.py dual --maps 2m_vs_1z 8m   # Fig. 5, whole episodes, 5 seeds
+    python experiments/dpm_figures.py dual_noisy --maps 2m_vs_1z  # ... teacher 20% wrong
+    python experiments/dpm_figures.py kendall --maps 2m_vs_1z 8m  # Fig. 8b, the same protocol
 
 Every curve is one ``run.py`` run (2 seeds vmapped by default) in ``runs/dpm/<figure>/<map>/``;
 a finished run is reused (delete its folder to rerun). Results: ``experiments/results/dpm/``
@@ -31,8 +34,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "experiments" / "results" / "dpm"
 FIGURES = (
-    "main", "types", "selection", "rounds", "mixer", "subset", "zero", "budget", "pessimism"
+    "main", "types", "selection", "rounds", "mixer", "subset", "zero", "budget", "pessimism",
+    "dual", "dual_noisy", "kendall",
 )  # fmt: skip
+# Fig. 5 and 8b as the paper ran them: whole-episode trajectory queries, candidates from
+# enough play that every arm gets all its labels (4,096 steps x 8 envs a round: several
+# hundred episodes for at most 300 trajectory candidates), 5 seeds, each arm's labels
+# per round equal (150), the budget of the map's main run
+EPISODE_QUERIES = [
+    "shaping.kwargs.segments=episode",
+    "shaping.kwargs.segment_length=101",  # SMAX's longest episode (max_steps 100, + 1)
+    "shaping.kwargs.collect_steps=4096",
+    "num_seeds=5",
+]
+MAP_BUDGET = {"2m_vs_1z": 500_000}  # env steps; the others 1M (the learner config's)
+NOISY_TEACHER = 0.2  # dual_noisy: each answer flipped with this probability
 WIN_TARGETS = (0.5, 0.9)  # "steps to" columns: a midway mark and the paper's target
 
 
@@ -56,6 +72,31 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 [*env, "shaping.kwargs.preferences=trajectory", "shaping.kwargs.collect_steps=512"],
             ),
             ("DPM agent only", "dpm_smax_3m", [*env, "shaping.kwargs.preferences=agent"]),
+        ]
+    if figure in ("dual", "dual_noisy", "kendall"):
+        protocol = [*env, *EPISODE_QUERIES]
+        if smax_map in MAP_BUDGET:
+            protocol.append(f"algo.total_timesteps={MAP_BUDGET[smax_map]}")
+        if figure == "dual_noisy":
+            protocol.append(f"shaping.kwargs.mistake={NOISY_TEACHER}")
+        both = ("DPM both", "dpm_smax_3m", protocol)
+        if figure == "kendall":
+            return [
+                both,
+                (
+                    "DPM random queries",
+                    "dpm_smax_3m",
+                    [*protocol, "shaping.kwargs.selection=random"],
+                ),
+            ]
+        return [
+            both,
+            (
+                "DPM trajectory only",
+                "dpm_smax_3m",
+                [*protocol, "shaping.kwargs.preferences=trajectory"],
+            ),
+            ("DPM agent only", "dpm_smax_3m", [*protocol, "shaping.kwargs.preferences=agent"]),
         ]
     if figure == "selection":
         return [
@@ -267,6 +308,7 @@ def _eval_means(run_dir: Path, last: int = 5) -> dict:
     return {
         "test_win_rate_last5": float(np.nanmean(rates[-last:])),
         "test_win_rate_all": float(np.nanmean(rates)),
+        "test_win_rate_all_per_seed": [float(x) for x in np.nanmean(rates, 0)],
     }
 
 
@@ -281,6 +323,12 @@ def _feedback_summary(run_dir: Path) -> dict:
     out = {
         "rounds": len(rounds),
         "labels_per_seed": last["labels_total_per_seed"],
+        # the fewest valid candidates a round offered, per kind (min over rounds and seeds)
+        "min_candidates": {
+            kind: min(min(r["candidates"][kind]) for r in rounds.values())
+            for kind in ("trajectory", "agent")
+            if all("candidates" in r for r in rounds.values())
+        },
         "pearson_dense": mean(last["pearson_dense"]),
     }
     for kind in ("trajectory", "agent"):

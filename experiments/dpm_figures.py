@@ -49,6 +49,9 @@ EPISODE_QUERIES = [
 ]
 MAP_BUDGET = {"2m_vs_1z": 500_000}  # env steps; the others 1M (the learner config's)
 NOISY_TEACHER = 0.2  # dual_noisy: each answer flipped with this probability
+# maps whose whole-episode segment features (~3 GB a seed on 8m) make one run per seed the
+# way to fit them in memory
+ONE_SEED_PER_RUN = ("8m",)
 WIN_TARGETS = (0.5, 0.9)  # "steps to" columns: a midway mark and the paper's target
 
 
@@ -79,24 +82,21 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             protocol.append(f"algo.total_timesteps={MAP_BUDGET[smax_map]}")
         if figure == "dual_noisy":
             protocol.append(f"shaping.kwargs.mistake={NOISY_TEACHER}")
-        both = ("DPM both", "dpm_smax_3m", protocol)
+        arms = [("DPM both", [])]
         if figure == "kendall":
-            return [
-                both,
-                (
-                    "DPM random queries",
-                    "dpm_smax_3m",
-                    [*protocol, "shaping.kwargs.selection=random"],
-                ),
+            arms.append(("DPM random queries", ["shaping.kwargs.selection=random"]))
+        else:
+            arms += [
+                ("DPM trajectory only", ["shaping.kwargs.preferences=trajectory"]),
+                ("DPM agent only", ["shaping.kwargs.preferences=agent"]),
             ]
+        if smax_map not in ONE_SEED_PER_RUN:
+            return [(label, "dpm_smax_3m", [*protocol, *extra]) for label, extra in arms]
+        one = [o for o in protocol if not o.startswith("num_seeds=")] + ["num_seeds=1"]
         return [
-            both,
-            (
-                "DPM trajectory only",
-                "dpm_smax_3m",
-                [*protocol, "shaping.kwargs.preferences=trajectory"],
-            ),
-            ("DPM agent only", "dpm_smax_3m", [*protocol, "shaping.kwargs.preferences=agent"]),
+            (f"{label}, seed {k}", "dpm_smax_3m", [*one, *extra, f"seed={k}"])
+            for label, extra in arms
+            for k in range(5)
         ]
     if figure == "selection":
         return [

@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_RUN = ROOT / "runs" / "lca" / "fig3" / "victim_rubble" / "lca_heuristic"
+# the Fig. 3 heuristic run (``lca_figures.py fig3``'s folder for "LCA (heuristic)")
+DEFAULT_RUN = ROOT / "runs" / "lca" / "fig3" / "victim_rubble" / "lca__heuristic"
 
 
 def scripted_actions(env, state, key, epsilon: float):
@@ -99,8 +100,9 @@ def main(argv=None) -> int:
     fig.suptitle(f"{cfg.env.name}: learned individual rewards over one episode")
     fig.tight_layout()
     fig.savefig(args.out / "appendix_rollout.png", dpi=120)
+    run = args.run.resolve()
     record = {
-        "run": str(args.run),
+        "run": str(run.relative_to(ROOT) if run.is_relative_to(ROOT) else run),
         "epsilon": args.epsilon,
         "seed": args.seed,
         "team_reward": team,

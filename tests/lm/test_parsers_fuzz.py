@@ -564,6 +564,7 @@ def test_team_goal_huge_inputs():
 FUZZED_FORMS = {
     "lca_pair_ranking": parse_pair_choice,
     "dpm_trajectory_comparison": parse_hash_choice,
+    "dpm_episode_comparison": parse_hash_choice,
     "dpm_agent_ranking": parse_agent_ranking,
     "yolo_planning_function": parse_python_block,
     "yolo_reward_function": parse_python_block,

@@ -4,8 +4,9 @@ Each round every seed's learner plays ``collect_steps`` steps of its current pol
 runner's ``collect``). From those steps DPM builds two kinds of queries:
 
 - trajectory comparisons: windows of ``segment_length`` steps of one env that do not
-  cross an episode end, paired up and labelled by the teacher from their first and last
-  states (the paper's prompt shows just those two);
+  cross an episode end, or with ``segments: episode`` whole episodes that start and end in
+  the collected steps (padded to ``segment_length`` and masked), paired up and labelled by
+  the teacher from their first and last states (the paper's prompt shows just those two);
 - agent comparisons: single steps whose allies the teacher ranks by contribution.
 
 With ``selection: kendall`` a candidate qualifies when the ensemble members' rankings of

@@ -837,7 +837,10 @@ def test_test_win_rate_columns_come_from_eval_csv(tmp_path):
     assert figures._eval_steps_to(tmp_path, 0.9) == 5000
     assert figures._eval_steps_to(tmp_path, 0.5) == 2000
     means = figures._eval_means(tmp_path)  # last 5 = all 5 evaluations here; last 2 below
-    assert means == pytest.approx({"test_win_rate_last5": 0.79, "test_win_rate_all": 0.79})
+    assert means["test_win_rate_last5"] == pytest.approx(0.79)
+    assert means["test_win_rate_all"] == pytest.approx(0.79)
+    # the area under each seed's test curve (the mean of its evaluations)
+    assert means["test_win_rate_all_per_seed"] == pytest.approx([0.77, 0.81])
     assert figures._eval_means(tmp_path, last=2)["test_win_rate_last5"] == pytest.approx(0.95)
     row = {
         "map": "3m", "variant": "DPM", "win_rate_mean": 0.8, "win_rate_per_seed": [0.8, 0.8],

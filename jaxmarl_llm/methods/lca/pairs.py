@@ -7,8 +7,7 @@ take one random step (``uniform``), or mix both halves (``mixed``, the default),
 state-scoring model sees every stage of the task. Random states still cover the states a
 competent team walks through thinly; ``scripted`` plays the env's scripted policy
 (``greedy_actions``) with a random action with probability ``epsilon``, like pairs taken
-from demonstrations: on Victim-Rubble that is what lets the learned potentials guide the
-late stages.
+from demonstrations (prior knowledge an LLM-labelled task may not have).
 
 ``completion`` reads the paper's sampling literally (sec. 4.1: "a trajectory randomly
 sampled without a limit of max steps - which means it ends when the team task is

@@ -189,6 +189,10 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 row["pairs"] = last["pairs_total_per_seed"]
                 acc = last["val_accuracy_vs_heuristic"]
                 row["model_accuracy"] = sum(acc) / len(acc)
+                if "on_path_agreement" in last:  # the seeds' refitted models, on average
+                    for k in ("on_path_agreement", "on_path_worst_stage"):
+                        row[k] = sum(last[k]) / len(last[k])
+                    row.pop("on_path_by_stage", None)
             rows.append(row)
             dest = RESULTS / figure / env / _slug(label)
             dest.mkdir(parents=True, exist_ok=True)

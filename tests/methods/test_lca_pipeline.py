@@ -299,8 +299,9 @@ def test_on_path_agreement_scores_the_potential_along_scripted_play():
 
     env = envs.make_array_env("victim_rubble")
     key = jax.random.PRNGKey(0)
-    same = on_path_agreement(env, env.env.heuristic_potential, key, 16)
-    flipped = on_path_agreement(env, lambda s: -env.env.heuristic_potential(s), key, 16)
+    phi = env.env.heuristic_potential
+    same = on_path_agreement(env, lambda _, s: phi(s), key, 16)
+    flipped = on_path_agreement(env, lambda _, s: -phi(s), key, 16)
     assert same["agreement"] == 1.0 and flipped["agreement"] == 0.0
     assert same["moves"] == flipped["moves"] > 100
     # every stage of the task is walked, by both roles
@@ -308,9 +309,13 @@ def test_on_path_agreement_scores_the_potential_along_scripted_play():
     counts = sum(n for row in same["by_stage"].values() for _, n in row.values())
     assert counts == same["moves"]
     # moving along x only: right on some stretches, wrong on others
-    east = on_path_agreement(env, lambda s: (s.pos % env.env.width).astype(float), key, 16)
+    east = on_path_agreement(env, lambda _, s: (s.pos % env.env.width).astype(float), key, 16)
     assert 0.0 < east["agreement"] < 1.0 and east["worst_stage"] < east["agreement"]
-    assert on_path_agreement(_env(), lambda s: s.pos.astype(float), key, 4) is None
+    assert on_path_agreement(_env(), lambda _, s: s.pos.astype(float), key, 4) is None
+    # a parameterised score: the same program for any parameters (they are traced)
+    scaled = lambda w, s: w * phi(s)  # noqa: E731
+    assert on_path_agreement(env, scaled, key, 16, params=jnp.float32(2.0))["agreement"] == 1.0
+    assert on_path_agreement(env, scaled, key, 16, params=jnp.float32(-1.0))["agreement"] == 0.0
 
 
 def test_reports_carry_on_path_agreement_where_the_env_has_a_scripted_policy():

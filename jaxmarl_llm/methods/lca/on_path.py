@@ -28,7 +28,7 @@ MIN_MOVES = 50  # fewer moves in a (stage, role) cell: reported, not the worst s
 
 
 @functools.partial(jax.jit, static_argnames=("env", "score", "num_starts"))
-def _path_signs(env: ArrayEnv, score: Callable, key: jax.Array, num_starts: int):
+def _path_signs(env: ArrayEnv, score: Callable, params: Any, key: jax.Array, num_starts: int):
     """``(stage [T, S], agree [T, S, N], counted [T, S, N])`` over ``num_starts`` scripted
     episodes of ``max_steps`` steps (steps after completion not counted)."""
     raw = env.env
@@ -39,7 +39,7 @@ def _path_signs(env: ArrayEnv, score: Callable, key: jax.Array, num_starts: int)
         a = raw.greedy_actions(s)
         _, s2, _, _, _ = raw.step_env(key, s, env.unstack_actions(a))
         d_phi = raw.heuristic_potential(s2) - raw.heuristic_potential(s)
-        d_sig = score(s2) - score(s)
+        d_sig = score(params, s2) - score(params, s)
         counted = ~done & (a != raw.noop_action) & (d_phi != 0)
         agree = jnp.sign(d_sig) == jnp.sign(d_phi)
         return s2, done | raw.won(s2), (stage_of(s), agree, counted)
@@ -54,22 +54,25 @@ def _path_signs(env: ArrayEnv, score: Callable, key: jax.Array, num_starts: int)
     return out
 
 
-def model_score(env: ArrayEnv, model: RewardModel, params: Any) -> Callable:
-    """``state -> [N]`` learned potential of every agent (``params``: the model's own)."""
-    return lambda s: model.apply_agents(params, env.env.agent_features(s))
+@functools.cache
+def model_score(env: ArrayEnv, model: RewardModel) -> Callable:
+    """``(params, state) -> [N]``: the learned potential of every agent (``params``: the
+    model's own). One function per env and model, so every call shares one program."""
+    return lambda params, s: model.apply_agents(params, env.env.agent_features(s))
 
 
 def on_path_agreement(
-    env: ArrayEnv, score: Callable, key: jax.Array, num_starts: int = 128
+    env: ArrayEnv, score: Callable, key: jax.Array, num_starts: int = 128, params: Any = None
 ) -> dict[str, Any] | None:
-    """Sign agreement of a potential ``score`` (``state -> [N]``, e.g. ``model_score``)
+    """Sign agreement of a potential ``score(params, state) -> [N]`` (e.g. ``model_score``)
     with the heuristic along scripted play; None for an env without a scripted policy.
     ``{"agreement", "worst_stage", "moves", "by_stage": {stage: {role: [agreement,
     moves]}}}``."""
     raw = env.env
     if capability(raw, ScriptedPolicy) is None:
         return None
-    stage, agree, counted = map(np.asarray, _path_signs(env, score, key, num_starts))
+    out = _path_signs(env, score, params, key, num_starts)
+    stage, agree, counted = map(np.asarray, out)
     roles = list(raw.roles)
     by_stage: dict[str, dict[str, list]] = {}
     worst = None

@@ -24,8 +24,10 @@ from envs.array_env import ArrayEnv
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.methods.lca.config import LCAConfig
 from jaxmarl_llm.methods.lca.labels import label_accuracy
+from jaxmarl_llm.methods.lca.on_path import model_score, on_path_agreement
 from jaxmarl_llm.methods.lca.pairs import Transitions
 from jaxmarl_llm.methods.lca.pipeline import (
+    ON_PATH_SEED,
     PairData,
     concat_pairs,
     fit_pairs,
@@ -139,6 +141,16 @@ class LCAFeedback:
             params, data, jax.random.split(k_split, seeds), jax.random.split(k_fit, seeds)
         )
         jax.block_until_ready(potential)
+        path_key = jax.random.PRNGKey(ON_PATH_SEED)
+        paths = [
+            on_path_agreement(
+                self.env,
+                model_score(self.env, self.model),
+                path_key,
+                params=jax.tree.map(lambda x, s=s: x[s], potential.model),
+            )
+            for s in range(seeds)
+        ]
         report = {
             "pairs": int(np.asarray(new.confidence).size),
             "pairs_total_per_seed": int(np.asarray(data.confidence[0]).size),
@@ -157,4 +169,7 @@ class LCAFeedback:
             "labeler": infos[0]["labeler"],
             **{k: np.asarray(v).tolist() for k, v in metrics.items()},
         }
+        if paths[0] is not None:  # each seed's refitted potential along scripted play
+            report["on_path_agreement"] = [p["agreement"] for p in paths]
+            report["on_path_worst_stage"] = [p["worst_stage"] for p in paths]
         return potential, report

@@ -330,8 +330,8 @@ def prepare(
     info["heuristic_tie_fraction"] = float((phi == phi_next).mean())
     model, params, fit_report = fit_potential(env, cfg, k_fit, data)
     report = {"fingerprint": fp, **info, **fit_report}
-    score = model_score(env, model, params.model)
-    path = on_path_agreement(env, score, jax.random.PRNGKey(ON_PATH_SEED))
+    key = jax.random.PRNGKey(ON_PATH_SEED)
+    path = on_path_agreement(env, model_score(env, model), key, params=params.model)
     if path is not None:
         report["on_path"] = path
     if artifact_dir is not None:

@@ -191,7 +191,8 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 row["model_accuracy"] = sum(acc) / len(acc)
                 if "on_path_agreement" in last:  # the seeds' refitted models, on average
                     for k in ("on_path_agreement", "on_path_worst_stage"):
-                        row[k] = sum(last[k]) / len(last[k])
+                        vals = [v for v in last[k] if v is not None]
+                        row[k] = sum(vals) / len(vals) if vals else None
                     row.pop("on_path_by_stage", None)
             rows.append(row)
             dest = RESULTS / figure / env / _slug(label)
@@ -297,11 +298,10 @@ def markdown_table(rows: list[dict]) -> str:
             else ""
         )
         steps = f"{r['steps_to_optimum']:,}" if r["steps_to_optimum"] is not None else "not reached"
-        path = (
-            f"{r['on_path_agreement']:.2f} ({r['on_path_worst_stage']:.2f})"
-            if r.get("on_path_agreement") is not None
-            else ""
-        )
+        path = ""
+        if r.get("on_path_agreement") is not None:
+            worst = r.get("on_path_worst_stage")
+            path = f"{r['on_path_agreement']:.2f} ({'-' if worst is None else f'{worst:.2f}'})"
         lines.append(
             f"| {r['env']} | {r['variant']} "
             f"| {r['final_return_mean']:.2f} ± {r['final_return_std']:.2f} "

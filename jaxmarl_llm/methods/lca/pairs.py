@@ -79,18 +79,22 @@ def rollout_transitions(
     return jax.tree.map(lambda x: x.reshape((steps * num_envs, *x.shape[2:])), traj)
 
 
+def _random_actions(env: ArrayEnv, key: chex.PRNGKey, env_state: Any) -> jax.Array:
+    """``[N]`` random legal actions in a raw env state (outside the wrapper's episode)."""
+    zeros = jnp.zeros((env.num_agents,), jnp.float32)
+    wrapped = ArrayEnvState(env_state=env_state, episode_return=zeros, episode_length=jnp.int32(0))
+    return env.random_actions(key, env.avail_actions(wrapped))
+
+
 def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitions:
     """``num`` random states (``env.env.random_state``), each followed by one random step."""
     raw = env.env
     k_state, k_act, k_step = jax.random.split(key, 3)
     states = jax.vmap(raw.random_state)(jax.random.split(k_state, num))
 
-    def random_actions(k, s):
-        zeros = jnp.zeros((env.num_agents,), jnp.float32)
-        wrapped = ArrayEnvState(env_state=s, episode_return=zeros, episode_length=jnp.int32(0))
-        return env.random_actions(k, env.avail_actions(wrapped))
-
-    actions = jax.vmap(random_actions)(jax.random.split(k_act, num), states)
+    actions = jax.vmap(lambda k, s: _random_actions(env, k, s))(
+        jax.random.split(k_act, num), states
+    )
 
     def one(k, s, a):
         _, s2, _, _, _ = raw.step_env(k, s, env.unstack_actions(a))
@@ -110,15 +114,10 @@ def completion_transitions(
     raw = env.env
     k_reset, k_run = jax.random.split(key)
     _, state = jax.vmap(raw.reset)(jax.random.split(k_reset, num_envs))
-    zeros = jnp.zeros((env.num_agents,), jnp.float32)
-
-    def avail(s):
-        wrapped = ArrayEnvState(env_state=s, episode_return=zeros, episode_length=jnp.int32(0))
-        return env.avail_actions(wrapped)
 
     def one(k, s):
         k_act, k_env, k_reset = jax.random.split(k, 3)
-        a = env.random_actions(k_act, avail(s))
+        a = _random_actions(env, k_act, s)
         _, s2, _, _, _ = raw.step_env(k_env, s, env.unstack_actions(a))
         won = env.won(s2)
         _, fresh = raw.reset(k_reset)

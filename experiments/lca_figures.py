@@ -109,7 +109,9 @@ def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
     if figure == "pairs":
         # Fig. 3's LCA at 1-8x the paper's pairs per role, each with several fit keys (the
         # run seed draws the pairs and fits the model; 3 policy seeds train on each model)
-        roles = 2 if env == "victim_rubble" else 1
+        import envs
+
+        roles = len(set(envs.make(env).roles))  # one state-scoring model per role
         out = []
         for source, counts in (("completion", PAIRS_PER_ROLE), ("mixed", PAIRS_PER_ROLE[:1])):
             for n in counts:

@@ -90,14 +90,25 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 ("DPM trajectory only", ["shaping.kwargs.preferences=trajectory"]),
                 ("DPM agent only", ["shaping.kwargs.preferences=agent"]),
             ]
+        # the map's own difficulty: what the learner reaches on the sparse reward alone, at
+        # the same budget and seeds (no segment features: one process for every seed)
+        budget = [o for o in protocol if o.startswith("algo.total_timesteps=")]
+        sparse = (
+            "QMIX strong sparse",
+            "qmix_smax_3m_strong_sparse",
+            [*env, "num_seeds=5", *budget],
+        )
+        reference = [sparse] if figure == "dual" else []
         if smax_map not in ONE_SEED_PER_RUN:
-            return [(label, "dpm_smax_3m", [*protocol, *extra]) for label, extra in arms]
+            return [
+                (label, "dpm_smax_3m", [*protocol, *extra]) for label, extra in arms
+            ] + reference
         one = [o for o in protocol if not o.startswith("num_seeds=")] + ["num_seeds=1"]
         return [
             (f"{label}, seed {k}", "dpm_smax_3m", [*one, *extra, f"seed={k}"])
             for label, extra in arms
             for k in range(5)
-        ]
+        ] + reference
     if figure == "selection":
         return [
             dpm,

@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = ROOT / "experiments" / "configs"
 sys.path.insert(0, str(ROOT))
 
 ENVS = ("two_switch", "victim_rubble", "pistonball")
@@ -44,6 +43,9 @@ FIT_KEYS = (0, 1, 2)
 
 def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
     """(label, config, overrides) of every curve of ``figure`` for ``env``."""
+    from jaxmarl_llm.config import available_configs
+
+    configs = available_configs()
     lca = f"lca_{env}"
     gemma = [
         "shaping.kwargs.labeler=backend",
@@ -52,9 +54,9 @@ def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
     ]
     if figure == "fig3":
         out = [("LCA (heuristic)", lca, [])]
-        if (CONFIGS / f"{lca}_scripted_pairs.yaml").exists():
+        if f"{lca}_scripted_pairs" in configs:
             out.append(("LCA (heuristic, pairs from scripted play)", f"{lca}_scripted_pairs", []))
-        if (CONFIGS / f"{lca}_online.yaml").exists():
+        if f"{lca}_online" in configs:
             out.append(("LCA (heuristic, iterative: pairs from own rollouts)", f"{lca}_online", []))
         if args.gemma:
             out.append(
@@ -74,7 +76,7 @@ def _variants(figure: str, env: str, args) -> list[tuple[str, str, list[str]]]:
                     ],
                 )
             )
-        if (CONFIGS / f"oracle_{env}.yaml").exists():
+        if f"oracle_{env}" in configs:
             out.append(("IPPO + heuristic potential (oracle)", f"oracle_{env}", []))
         out.append(("MAPPO team", f"mappo_{env}", []))
         if env != "pistonball":

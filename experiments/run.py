@@ -1,6 +1,6 @@
 """Run an experiment: ``python experiments/run.py NAME [key=value ...]``.
 
-NAME is a config in experiments/configs/ (without .yaml) or a path to a YAML file.
+NAME is a config in jaxmarl_llm/configs/ (without .yaml) or a path to a YAML file.
 Overrides are dotted keys, e.g. ``algo.lr=3e-4 env.kwargs.num_agents=4 num_seeds=4``;
 ``resume=RUN_DIR`` continues a stopped run. ``--list`` shows configs and environments.
 """
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "name", nargs="?", help="config name in experiments/configs/ or a YAML path"
+        "name", nargs="?", help="config name in jaxmarl_llm/configs/ or a YAML path"
     )
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     parser.add_argument("--list", action="store_true", help="list configs, envs and algorithms")

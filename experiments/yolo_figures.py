@@ -200,13 +200,15 @@ def tagged_rows(figure: str, tag: str, only: str | None) -> list[dict]:
     ``experiments/results/yolo/<config>/<tag>/``."""
     from omegaconf import OmegaConf
 
+    from jaxmarl_llm.config import resolve_config_path
+
     rows = []
     for config in FIGURES[figure]:
         out = ROOT / "runs" / "yolo" / config / tag
         if (only and only not in config) or not (out / "summary.json").exists():
             continue
         cfg = OmegaConf.load(out / "config.yaml")
-        baseline_config = OmegaConf.load(ROOT / "experiments" / "configs" / f"{config}.yaml")
+        baseline_config = OmegaConf.load(resolve_config_path(config))
         baseline_config = baseline_config.compare_with[0]
         runs = {"YOLO-MARL": out}
         base_out = out / "compare" / Path(baseline_config).stem

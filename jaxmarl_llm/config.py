@@ -1,7 +1,7 @@
 """Experiment configuration: typed schemas, YAML files, dotted command-line overrides.
 
-``load_config(name_or_path, ["algo.lr=3e-4", ...])`` merges a YAML file from
-``experiments/configs/`` (or a path) and overrides onto a typed schema, so an unknown
+``load_config(name_or_path, ["algo.lr=3e-4", ...])`` merges a YAML file from the
+package's ``configs/`` folder (or a path) and overrides onto a typed schema, so an unknown
 key or a bad value fails here, before anything compiles, with a message naming the key
 and what is allowed.
 """
@@ -12,6 +12,7 @@ import difflib
 import functools
 from dataclasses import dataclass, field
 from enum import Enum
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from jaxmarl_llm.shaping.base import CombineMode
 
 __all__ = ["ConfigError", "build_config", "load_config", "to_yaml"]
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "experiments" / "configs"
+# package data, so a checkout and an installed wheel name the same configs (an installed
+# package is a folder on disk, so the folder is an ordinary path)
+CONFIG_DIR = Path(str(resources.files("jaxmarl_llm") / "configs"))
 
 
 class WandbMode(str, Enum):
@@ -207,7 +210,7 @@ def _compose(path: Path, seen: tuple[Path, ...] = ()) -> DictConfig:
     """The file at ``path`` merged over its ``base`` configs, each composed the same way.
 
     ``base: NAME`` or ``base: [NAME, ...]`` (merged in order, the file last): a config
-    name from ``experiments/configs/`` or its ``base/`` folder (partial blocks), or a YAML
+    name from the package's ``configs/`` or its ``base/`` folder (partial blocks), or a YAML
     path relative to the naming file. A base's ``name`` is not inherited.
     """
     path = path.resolve()

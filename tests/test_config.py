@@ -1,8 +1,16 @@
 """Config loading: every shipped config resolves; bad input names the key."""
 
+import tomllib
+from importlib import resources
+from pathlib import Path
+
 import pytest
 
+import jaxmarl_llm
+from jaxmarl_llm import config
 from jaxmarl_llm.config import ConfigError, available_configs, build_config, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {"algo": {"name": "ippo"}}
 
@@ -11,6 +19,21 @@ BASE = {"algo": {"name": "ippo"}}
 def test_shipped_configs_load(name):
     cfg = load_config(name)
     assert cfg.algo.total_timesteps > 0
+
+
+def test_named_configs_are_package_data_found_through_importlib_resources():
+    folder = resources.files("jaxmarl_llm").joinpath("configs")
+    assert folder.is_dir() and config.CONFIG_DIR == Path(str(folder))
+    assert config.CONFIG_DIR.parent == Path(jaxmarl_llm.__file__).parent
+    assert "ippo_mpe_spread" in available_configs()
+    assert config.resolve_config_path("ippo_mpe_spread").parent == config.CONFIG_DIR
+    # every file of the folder goes into the wheel: matched by a package-data glob
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    package = config.CONFIG_DIR.parent
+    globs = pyproject["tool"]["setuptools"]["package-data"]["jaxmarl_llm"]
+    shipped = {p for g in globs for p in package.glob(g)}
+    files = {p for p in config.CONFIG_DIR.rglob("*") if p.is_file()}
+    assert files <= shipped, f"not package data (pyproject.toml): {sorted(files - shipped)}"
 
 
 def test_overrides_apply_and_floats_become_ints():
@@ -72,8 +95,6 @@ def _write(path, text):
 @pytest.fixture
 def config_dir(tmp_path, monkeypatch):
     """A configs folder with two partial blocks in base/ and a runnable config naming both."""
-    import jaxmarl_llm.config as config
-
     monkeypatch.setattr(config, "CONFIG_DIR", tmp_path)
     learner = "algo: {name: ippo, lr: 1.0e-3, num_envs: 8, num_steps: 32}\nnum_seeds: 2\n"
     _write(tmp_path / "base" / "learner.yaml", learner)

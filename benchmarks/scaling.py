@@ -33,7 +33,6 @@ import sys
 import time
 
 FORCE_FLAG = "--xla_force_host_platform_device_count"
-REPLAY_ALGOS = ("qmix", "vdn", "qplex", "maddpg")
 
 
 def child_env(devices: int) -> dict:
@@ -113,7 +112,7 @@ def worker(args) -> dict:
 
     import envs
     from jaxmarl_llm.config import build_config
-    from jaxmarl_llm.learners import make_learner
+    from jaxmarl_llm.learners import algo_spec, make_learner
     from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh
     from jaxmarl_llm.shaping.registry import build_shaper
 
@@ -123,7 +122,8 @@ def worker(args) -> dict:
     if args.num_steps:
         over.append(f"algo.num_steps={args.num_steps}")
     raw = {"algo": {"name": args.algo}}
-    if args.algo in REPLAY_ALGOS:  # per device: the config of one device's envs
+    replay = algo_spec(args.algo).replay
+    if replay:  # per device: the config of one device's envs
         one = build_config(raw, [*over, f"algo.num_envs={args.envs_per_device}"]).algo
         buffer = int(one.buffer_size) * n
         over += [f"algo.buffer_size={buffer}", "algo.learning_starts=0"]
@@ -155,7 +155,7 @@ def worker(args) -> dict:
         "env_steps_per_chunk": env_steps,
         "compile_s": compile_s,
     }
-    if args.algo in REPLAY_ALGOS:
+    if replay:
         row.update(buffer_size=int(cfg.algo.buffer_size), batch_size=int(cfg.algo.batch_size))
     state, metrics, times = _timed(chunk, state, args.repeats, args.warmup)
     row["run_s"] = min(times)

@@ -6,7 +6,7 @@
 IPPO/MAPPO defaults are the common PPO setting (lr 2.5e-4, 128 steps per env per
 update, 4 epochs, 4 minibatches, 64-unit tanh MLPs, gamma 0.99, GAE lambda 0.95,
 clip 0.2, ent 0.01, vf 0.5, max grad norm 0.5): the schema defaults in
-``jaxmarl_llm/config.py``. Extra ``key=value`` overrides go to the config.
+``jaxmarl_llm/learners/onpolicy.py``. Extra ``key=value`` overrides go to the config.
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ def main(argv=None) -> dict:
 
     import envs
     from jaxmarl_llm.config import build_config
-    from jaxmarl_llm.learners import make_learner
+    from jaxmarl_llm.learners import algo_spec, make_learner
     from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh
     from jaxmarl_llm.shaping.registry import build_shaper
 
+    spec = algo_spec(args.algo)
     over = [f"algo.num_envs={args.num_envs}", f"env.name={args.env}"]
     if args.num_steps:
         over.append(f"algo.num_steps={args.num_steps}")
@@ -70,7 +71,7 @@ def main(argv=None) -> dict:
     def timed(updates):
         cfg = build_config({"algo": {"name": args.algo}}, over + list(args.overrides))
         cfg.algo.total_timesteps = cfg.algo.num_steps * cfg.algo.num_envs * updates
-        if args.algo in ("qmix", "vdn", "qplex", "maddpg"):
+        if spec.replay:
             cfg.algo.learning_starts = 0  # measure the steady state: every update trains
             cfg.algo.batch_size = min(cfg.algo.batch_size, cfg.algo.buffer_size)
         env = envs.make_array_env(cfg.env.name, **cfg.env.kwargs)
@@ -132,7 +133,7 @@ def main(argv=None) -> dict:
             diff_s=best - base_s,
             diff_env_steps_per_s=diff_updates * learner.env_steps_per_update / (best - base_s),
         )
-    if args.algo in ("qmix", "vdn", "qplex"):
+    if spec.mixer is not None:  # the Q-learning learner
         from jaxmarl_llm.learners.qlearning import QLearning
 
         q = QLearning(cfg.algo, env, build_shaper(cfg.shaping, env))

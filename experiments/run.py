@@ -51,11 +51,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list or not args.name:
         import envs
-        from jaxmarl_llm.learners.registry import ALGORITHMS
+        from jaxmarl_llm.learners.registry import algorithms
 
         print("configs:     ", " ".join(available_configs()))
         print("algorithms:")
-        for name, spec in ALGORITHMS.items():
+        for name, spec in algorithms().items():
             print(f"  {name:<8} {spec.summary}")
         print("environments:", " ".join(envs.names()))
         return 0 if args.list else 2

@@ -36,39 +36,30 @@ from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners.base import Learner
 from jaxmarl_llm.learners.losses import clipped_policy_loss, value_loss
 from jaxmarl_llm.learners.networks import MLP, Activation
+from jaxmarl_llm.learners.onpolicy import OnPolicyConfig
 from jaxmarl_llm.learners.ppo import PPO, Batch, PPOState, Rollout, minibatches
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import Shaper
 
 
 @dataclass
-class HAPPOConfig:
-    """HAPPO. Defaults follow HARL's HAPPO defaults where the keys overlap."""
+class HAPPOConfig(OnPolicyConfig):
+    """HAPPO: the on-policy keys (``onpolicy.OnPolicyConfig``), with HARL's HAPPO defaults
+    where the keys overlap, and HAPPO's own."""
 
     name: str = "happo"
-    total_timesteps: int = 1_000_000
     num_envs: int = 20
     num_steps: int = 200
-    lr: float = 5e-4  # the actors'
-    critic_lr: float | None = None  # null: lr
-    anneal_lr: bool = False  # linearly to 0 at the budget, actors and critic
-    update_epochs: int = 5  # per agent, and for the critic
+    lr: float = 5e-4
+    anneal_lr: bool = False
+    update_epochs: int = 5
     num_minibatches: int = 1
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    clip_value: bool = True
-    ent_coef: float = 0.01
     vf_coef: float = 1.0
-    max_grad_norm: float = 10.0  # each agent's actor and the critic clipped on their own
+    max_grad_norm: float = 10.0
     hidden_sizes: list[int] = field(default_factory=lambda: [128, 128])
     activation: Activation = Activation.relu
-    # one-hot agent ids appended to the actors' observations (each actor has its own
-    # parameters, so they are redundant unless observations look alike)
-    agent_ids: bool = False
-    normalize_advantages: bool = True
-    # training rewards over their running std, minus their running mean, before GAE
-    standardize_rewards: bool = False
+    agent_ids: bool = False  # own parameters per actor: redundant unless observations look alike
+    critic_lr: float | None = None  # the critic's Adam step size, > 0; null: lr
     fixed_order: bool = False  # update the actors in index order instead of a random one
 
 
@@ -103,8 +94,6 @@ def check_config(cfg) -> None:
     def bad(key, value, why):
         raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
 
-    if cfg.name != "happo":
-        bad("name", cfg.name, "the HAPPO learner runs happo")
     for key in ("total_timesteps", "num_envs", "num_steps", "lr", "update_epochs",
                 "num_minibatches"):  # fmt: skip
         if getattr(cfg, key) <= 0:

@@ -129,8 +129,6 @@ class MADDPGState(OffPolicyState):
 
 
 def check_config(cfg) -> None:
-    if option_name(cfg.name) != "maddpg":
-        bad_value("name", cfg.name, "the MADDPG learner needs name: maddpg")
     check_offpolicy_config(cfg, TEAM_REWARDS, sequence_items=False)
     for key in ("actor_lr", "critic_lr", "temperature"):
         if getattr(cfg, key) <= 0:

@@ -8,14 +8,14 @@ QMIX the greedy utilities and actions) still take them so the learner treats the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax.linen.initializers import constant
 
 from jaxmarl_llm.learners.initializers import orthogonal
-
-MIXER_NAMES = ("qmix", "vdn", "qplex")
 
 
 class VDNMixer(nn.Module):
@@ -104,26 +104,38 @@ class QPLEXMixer(nn.Module):
         return v.sum(-1) + (lam * adv).sum(-1)
 
 
+def _qmix(cfg) -> QMixer:
+    if cfg is None:
+        return QMixer()
+    return QMixer(
+        embed_dim=int(cfg.mixer_embed_dim),
+        hypernet_dim=int(cfg.mixer_hypernet_dim),
+        init_scale=float(cfg.mixer_init_scale),
+    )
+
+
+def _qplex(cfg) -> QPLEXMixer:
+    if cfg is None:
+        return QPLEXMixer()
+    return QPLEXMixer(
+        hypernet_dim=int(cfg.mixer_hypernet_dim), init_scale=float(cfg.mixer_init_scale)
+    )
+
+
+# mixer name (an ``AlgoSpec.mixer``) -> the mixer of a config (``None``: the defaults)
+MIXERS: dict[str, Callable[..., nn.Module]] = {
+    "qmix": _qmix,
+    "vdn": lambda cfg: VDNMixer(),
+    "qplex": _qplex,
+}
+
+
 def make_mixer(name: str, cfg=None) -> nn.Module:
-    """The mixer called ``name`` (``qmix``, ``vdn`` or ``qplex``); ``cfg`` supplies
+    """The mixer called ``name`` (a key of ``MIXERS``); ``cfg`` supplies
     ``mixer_embed_dim``, ``mixer_hypernet_dim`` and ``mixer_init_scale`` (defaults when
     None).
     """
     name = str(getattr(name, "value", name))
-    if name == "vdn":
-        return VDNMixer()
-    if name == "qplex":
-        if cfg is None:
-            return QPLEXMixer()
-        return QPLEXMixer(
-            hypernet_dim=int(cfg.mixer_hypernet_dim), init_scale=float(cfg.mixer_init_scale)
-        )
-    if name == "qmix":
-        if cfg is None:
-            return QMixer()
-        return QMixer(
-            embed_dim=int(cfg.mixer_embed_dim),
-            hypernet_dim=int(cfg.mixer_hypernet_dim),
-            init_scale=float(cfg.mixer_init_scale),
-        )
-    raise ValueError(f"unknown mixer {name!r}; valid: {', '.join(MIXER_NAMES)}")
+    if name not in MIXERS:
+        raise ValueError(f"unknown mixer {name!r}; valid: {', '.join(MIXERS)}")
+    return MIXERS[name](cfg)

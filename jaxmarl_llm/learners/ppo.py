@@ -1,16 +1,17 @@
 """IPPO and MAPPO, feed-forward or GRU, as one learner.
 
-IPPO's critic sees the agent's own observation; MAPPO's sees the centralized world
-state plus the agent id. Everything is time-major ``[T, E, N, ...]`` (steps, envs,
-agents). Feed-forward minibatches are drawn over ``(t, e)`` cells with all agents of a
-cell kept together, which keeps per-group parameters exact and makes the shuffle N
-times smaller; recurrent minibatches are drawn over environments, whole sequences.
+IPPO's critic sees the agent's own observation; MAPPO's (an algorithm with
+``AlgoSpec.centralized_critic``) sees the centralized world state plus the agent id.
+Everything is time-major ``[T, E, N, ...]`` (steps, envs, agents). Feed-forward
+minibatches are drawn over ``(t, e)`` cells with all agents of a cell kept together,
+which keeps per-group parameters exact and makes the shuffle N times smaller; recurrent
+minibatches are drawn over environments, whole sequences.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import distrax
@@ -31,7 +32,6 @@ from jaxmarl_llm.learners.base import (
 )
 from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, nstep_returns, value_loss
 from jaxmarl_llm.learners.networks import (
-    Activation,
     ActorCritic,
     AgentParams,
     CommNetActorCritic,
@@ -41,7 +41,9 @@ from jaxmarl_llm.learners.networks import (
     apply_recurrent_flat,
     with_agent_ids,
 )
+from jaxmarl_llm.learners.onpolicy import OnPolicyConfig
 from jaxmarl_llm.learners.permutation import feistel_permutation
+from jaxmarl_llm.learners.registry import algo_spec
 from jaxmarl_llm.learners.running_stats import (
     RunningMeanStd,
     standardize,
@@ -52,56 +54,19 @@ from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, potential_shaping,
 
 
 @dataclass
-class PPOConfig:
-    """IPPO / MAPPO. Defaults are the common PPO setting (CleanRL/PureJaxRL/JaxMARL)."""
+class PPOConfig(OnPolicyConfig):
+    """IPPO / MAPPO: the on-policy keys (``onpolicy.OnPolicyConfig``) and PPO's own."""
 
-    name: str = "ippo"
-    total_timesteps: int = 1_000_000
-    num_envs: int = 16
-    num_steps: int = 128
-    lr: float = 2.5e-4
-    anneal_lr: bool = True
-    update_epochs: int = 4
-    num_minibatches: int = 4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    clip_value: bool = True
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: Activation = Activation.tanh
-    recurrent: bool = False
-    gru_hidden_dim: int = 128
-    param_sharing: ParamSharing = ParamSharing.shared
-    agent_ids: bool = True
-    # CommNet communication steps in the (feed-forward, shared) actor: each agent's
-    # hidden state takes in the mean of its teammates'; 0 = independent actors
-    commnet_steps: int = 0
-    normalize_advantages: bool = True
-    # EPyMARL's standardise_rewards: training rewards (env + shaping) minus their running
-    # mean, over their running std, before GAE (its MAPPO/IPPO default on LBF)
-    standardize_rewards: bool = False
-    # value targets: "gae" (GAE(gae_lambda)) or "nstep" (EPyMARL's q_nstep: n_step-step
-    # returns; the advantage is the return minus the critic's value)
-    returns: str = "gae"
-    n_step: int = 5
-    # soft-update rate of a target copy of the critic that the n-step returns bootstrap
-    # from (EPyMARL's target_update_interval_or_tau); 0: bootstrap from the critic itself
-    target_critic_tau: float = 0.0
-    # the actor's and the critic's parameters each get their own Adam and gradient-norm
-    # clip (EPyMARL's two optimisers); false: one optimiser over the summed loss
-    separate_optimizers: bool = False
-    # Agent-rows per gradient chunk: each minibatch's gradient is accumulated over
-    # chunks of about this size: the same gradient, but activations stay in cache (a
-    # 98k-row forward+backward of the 64-64 actor-critic: 143 -> 73 ms on a 2-core CPU).
-    # 0 = the whole minibatch at once. null = by backend: 8192 on CPU, 0 on GPU/TPU,
-    # where chunking serializes the step (IPPO on MPE at 65,536 envs on an H200:
-    # 5.0M env steps/s chunked vs 28.5M whole); 0 for GRUs everywhere, whose chunks halve
-    # the rows of every step's GEMMs (MAPPO-RNN on SMAX 3m, 2-core CPU: 3,481 env steps/s
-    # whole vs 3,111 in two chunks).
-    grad_chunk_rows: int | None = None
+    name: str = "ippo"  # ippo (critic on the agent's obs) or mappo (on the world state)
+    recurrent: bool = False  # GRU actor and critic, minibatches of whole env sequences
+    gru_hidden_dim: int = 128  # the GRUs' width (recurrent only)
+    param_sharing: ParamSharing = ParamSharing.shared  # shared, per_group or per_agent
+    commnet_steps: int = 0  # CommNet rounds (teammates' mean hidden state) in the actor; 0: none
+    returns: str = "gae"  # value targets: gae, or nstep (n_step returns: EPyMARL's q_nstep)
+    n_step: int = 5  # steps of the n-step returns (returns=nstep), >= 1
+    target_critic_tau: float = 0.0  # soft-update rate of the nstep target critic in [0, 1]; 0: none
+    separate_optimizers: bool = False  # actor and critic each get their own Adam and clip
+    grad_chunk_rows: int | None = None  # rows per gradient chunk; 0: unchunked; null: by backend
 
 
 MASKED_LOGIT = -1e9  # finite, so masked entries give exp() == 0 without NaN entropies
@@ -232,10 +197,15 @@ CPU_GRAD_CHUNK_ROWS = 8192
 def grad_chunk_rows(
     configured: int | None, backend: str | None = None, recurrent: bool = False
 ) -> int:
-    """``algo.grad_chunk_rows``, with ``None`` resolved by backend: chunks that fit a CPU's
-    cache there, the whole minibatch on an accelerator (chunks would run one by one). A
+    """``algo.grad_chunk_rows``: each minibatch's gradient is accumulated over chunks of
+    about this many agent-rows, the same gradient with activations kept in cache (a
+    98k-row forward and backward of the 64-64 actor-critic: 143 -> 73 ms on a 2-core
+    CPU); 0: the whole minibatch at once. ``None`` is resolved by backend: chunks that fit
+    a CPU's cache there, the whole minibatch on an accelerator, where chunks run one by one
+    (IPPO on MPE at 65,536 envs on an H200: 5.0M env steps/s chunked vs 28.5M whole). A
     recurrent minibatch is whole by default: its GEMMs are per step, ``B * N`` rows each,
-    already cache-sized, and chunks only make them smaller."""
+    already cache-sized, and chunks only halve them (MAPPO-RNN on SMAX 3m, 2-core CPU:
+    3,481 env steps/s whole vs 3,111 in two chunks)."""
     if configured is not None:
         return int(configured)
     if recurrent:
@@ -247,8 +217,6 @@ def check_config(cfg) -> None:
     def bad(key, value, why):
         raise ConfigError(f"bad value for config key 'algo.{key}': {value!r}; {why}")
 
-    if cfg.name not in ("ippo", "mappo"):
-        bad("name", cfg.name, "the PPO learner runs ippo or mappo")
     for key in ("total_timesteps", "num_envs", "num_steps", "lr", "update_epochs",
                 "num_minibatches"):  # fmt: skip
         if getattr(cfg, key) <= 0:
@@ -334,7 +302,8 @@ class PPO(LearnerParts):
         self.target_tau = float(getattr(cfg, "target_critic_tau", 0.0))
 
     def __init__(self, cfg, env: ArrayEnv, shaper: Shaper, shards: DataShards = SINGLE):
-        self.init_rollout(cfg, env, shaper, cfg.name == "mappo", bool(cfg.recurrent), shards)
+        centralized = algo_spec(cfg.name).centralized_critic
+        self.init_rollout(cfg, env, shaper, centralized, bool(cfg.recurrent), shards)
 
         mb_units = self.batch_units // cfg.num_minibatches
         rows_per_unit = env.num_agents * (self.num_steps if self.recurrent else 1)

@@ -39,7 +39,7 @@ from flax.linen.initializers import constant
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.learners.base import Learner
 from jaxmarl_llm.learners.initializers import orthogonal
-from jaxmarl_llm.learners.mixers import MIXER_NAMES, make_mixer
+from jaxmarl_llm.learners.mixers import MIXERS, make_mixer
 from jaxmarl_llm.learners.networks import (
     AgentParams,
     ParamSharing,
@@ -63,6 +63,7 @@ from jaxmarl_llm.learners.q_losses import (
     next_agent_values,
     sequence_targets,
 )
+from jaxmarl_llm.learners.registry import algo_spec, algorithms
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaping.base import Shaper, team_reward
 
@@ -81,7 +82,8 @@ class TeamReward(str, Enum):
 
 @dataclass
 class QLearningConfig:
-    """QMIX / VDN (one learner, the mixer is a parameter) with GRU agents."""
+    """QMIX / VDN / QPLEX (one learner, the algorithm's mixer: ``AlgoSpec.mixer``) with GRU
+    agents."""
 
     name: str = "qmix"
     total_timesteps: int = 1_000_000
@@ -164,9 +166,9 @@ def epsilon_schedule(cfg) -> Callable[[jax.Array], jax.Array]:
 
 
 def check_config(cfg) -> None:
-    name = option_name(cfg.name)
-    if name not in MIXER_NAMES:
-        bad_value("name", name, f"valid: {', '.join(MIXER_NAMES)}")
+    if algo_spec(cfg.name).mixer not in MIXERS:
+        mixing = [name for name, spec in algorithms().items() if spec.mixer in MIXERS]
+        bad_value("name", option_name(cfg.name), f"valid: {', '.join(mixing)}")
     check_offpolicy_config(cfg, TEAM_REWARDS, sequence_items=True)
     if option_name(cfg.optimizer) not in OPTIMIZERS:
         bad_value("optimizer", cfg.optimizer, f"valid: {', '.join(OPTIMIZERS)}")
@@ -213,7 +215,7 @@ class QLearning(OffPolicyLearner):
             env.agent_groups,
             option_name(cfg.param_sharing),
         )
-        self.mixer = make_mixer(option_name(cfg.name), cfg)
+        self.mixer = make_mixer(algo_spec(cfg.name).mixer, cfg)
 
         first_learning_update = math.ceil(cfg.learning_starts / self.env_steps_per_update)
         grad_steps = max(1, (self.num_updates - first_learning_update) * cfg.updates_per_rollout)

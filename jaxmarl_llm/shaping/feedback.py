@@ -73,10 +73,10 @@ def check_feedback(
     """Refuse a run whose learner or chunking cannot host the feedback rounds (and, where
     the feedback has a ``validate(num_envs)``, one whose rounds would collect too little),
     before anything is compiled or trained."""
-    from jaxmarl_llm.learners.registry import ALGORITHMS, algo_spec
+    from jaxmarl_llm.learners.registry import algo_spec, algorithms
 
     if not algo_spec(algo).collects:
-        able = ", ".join(name for name, spec in ALGORITHMS.items() if spec.collects)
+        able = ", ".join(name for name, spec in algorithms().items() if spec.collects)
         raise ConfigError(
             f"bad value for config key 'algo.name': online feedback needs a learner that can "
             f"play its current policy; algo {algo!r} has no collect (use one of {able}, or "

@@ -1,16 +1,23 @@
 """The algorithm registry: one entry per algorithm, read by config, runner and feedback."""
 
+import dataclasses
+import importlib.metadata
 import json
 from types import SimpleNamespace
 
 import pytest
 import uniform_learner
 
+import envs
 from jaxmarl_llm.config import build_config
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners import registry
 from jaxmarl_llm.learners.base import TrainState
+from jaxmarl_llm.learners.mixers import VDNMixer
+from jaxmarl_llm.learners.ppo import PPO
+from jaxmarl_llm.learners.qlearning import QLearning
 from jaxmarl_llm.runner import extend_budget, run_experiment
+from jaxmarl_llm.shaping import identity_shaper
 from jaxmarl_llm.shaping.feedback import check_feedback
 
 
@@ -21,8 +28,85 @@ def uniform():
     registry.unregister_algorithm("uniform")
 
 
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """The registry as a process starts it: the built-in algorithms, entry points unread."""
+    builtin = {spec.name: spec for spec in registry.BUILTIN_ALGORITHMS}
+    monkeypatch.setattr(registry, "_registered", builtin)
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+
+
+def entry_points_of_the_group(monkeypatch, *values: str) -> None:
+    """``importlib.metadata.entry_points`` as if installed packages declared ``values``
+    (``module:attribute``) in the algorithms' group; other groups are read as they are."""
+    group = registry.PLUGIN_GROUP
+    declared = importlib.metadata.EntryPoints(
+        importlib.metadata.EntryPoint(name=f"plugin{i}", value=value, group=group)
+        for i, value in enumerate(values)
+    )
+    real = importlib.metadata.entry_points
+
+    def entry_points(**params):
+        return declared if params.get("group") == group else real(**params)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+
+
+def test_the_builtin_algorithms_need_no_entry_points(monkeypatch, fresh_registry):
+    entry_points_of_the_group(monkeypatch)  # installed metadata without the group
+    builtin = [spec.name for spec in registry.BUILTIN_ALGORITHMS]
+    assert registry.algo_names() == builtin
+    assert {"ippo", "mappo", "qmix", "maddpg", "happo", "verco"} <= set(builtin)
+    assert build_config({"algo": {"name": "happo"}}).algo.name == "happo"
+
+
+def test_an_entry_point_of_the_group_registers_its_algorithms(monkeypatch, fresh_registry):
+    entry_points_of_the_group(monkeypatch, "uniform_learner:SPEC")
+    assert registry.algo_spec("uniform") is uniform_learner.SPEC
+    assert registry.algo_names()[-1] == "uniform"  # after the built-in ones
+    cfg = build_config({"algo": {"name": "uniform"}}, ["algo.num_envs=2"])
+    assert cfg.algo.num_envs == 2
+
+
+def test_an_entry_point_may_name_a_list_of_algorithms(monkeypatch, fresh_registry):
+    other = dataclasses.replace(uniform_learner.SPEC, name="uniform_too")
+    monkeypatch.setattr(uniform_learner, "SPECS", [uniform_learner.SPEC, other], raising=False)
+    entry_points_of_the_group(monkeypatch, "uniform_learner:SPECS")
+    assert registry.algo_names()[-2:] == ["uniform", "uniform_too"]
+
+
+def test_an_entry_point_cannot_replace_a_builtin_algorithm(monkeypatch, fresh_registry):
+    clash = dataclasses.replace(uniform_learner.SPEC, name="ippo")
+    monkeypatch.setattr(uniform_learner, "CLASH", clash, raising=False)
+    entry_points_of_the_group(monkeypatch, "uniform_learner:CLASH")
+    with pytest.raises(ValueError, match="algorithm 'ippo' .*plugin0.* is already registered"):
+        registry.algo_spec("ippo")
+
+
+def test_an_entry_point_that_is_no_algorithm_is_refused(monkeypatch, fresh_registry):
+    entry_points_of_the_group(monkeypatch, "uniform_learner:UniformConfig")
+    with pytest.raises(TypeError, match="must be an AlgoSpec or a list of them"):
+        registry.algo_names()
+
+
+def test_learners_read_the_facts_of_the_spec_not_the_name(fresh_registry):
+    """An algorithm under a new name on the PPO and Q-learning modules behaves as its
+    declared facts say: a centralised critic, a summing mixer."""
+    mappo = registry.algo_spec("mappo")
+    vdn = registry.algo_spec("vdn")
+    registry.register_algorithm(dataclasses.replace(mappo, name="state_critic_ppo"))
+    registry.register_algorithm(dataclasses.replace(vdn, name="summed_q"))
+    env = envs.make_array_env("mpe:simple_spread_3")
+    ppo_cfg = build_config({"algo": {"name": "state_critic_ppo"}}).algo
+    assert PPO(ppo_cfg, env, identity_shaper()).centralized
+    q_cfg = build_config({"algo": {"name": "summed_q"}}).algo
+    assert isinstance(QLearning(q_cfg, env, identity_shaper()).mixer, VDNMixer)
+    ippo_cfg = build_config({"algo": {"name": "ippo"}}).algo
+    assert not PPO(ippo_cfg, env, identity_shaper()).centralized
+
+
 def test_every_entry_names_a_module_with_schema_check_and_factory():
-    for name, spec in registry.ALGORITHMS.items():
+    for name, spec in registry.algorithms().items():
         module = spec.load()
         schema = spec.config_class()
         assert schema(name=name).name == name
@@ -70,6 +154,6 @@ def test_run_list_names_every_registered_algorithm_with_its_summary(capsys, unif
 
     assert load_script("experiments/run.py").main(["--list"]) == 0
     out = capsys.readouterr().out
-    for name, spec in registry.ALGORITHMS.items():
+    for name, spec in registry.algorithms().items():
         assert f"{name:<8} {spec.summary}" in out
     assert "uniform  uniformly random legal actions" in out

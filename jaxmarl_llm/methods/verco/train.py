@@ -44,6 +44,7 @@ import optax
 from omegaconf import DictConfig, OmegaConf
 
 from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners.registry import algo_spec
 from jaxmarl_llm.lm.lora import init_lora, load_adapters
 from jaxmarl_llm.methods.verco.losses import ppo_loss
 from jaxmarl_llm.methods.verco.models import PolicyModel, check_model_name, load_policy_model
@@ -58,7 +59,6 @@ from jaxmarl_llm.methods.verco.policy import (
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("verco", "twosome", "lm_zero_shot")
 PROMPT_CUE = "To make the salad, you should"
 
 
@@ -99,8 +99,6 @@ class VercoConfig:
 
 
 def check_config(cfg) -> None:
-    if cfg.name not in VARIANTS:
-        raise ConfigError(f"bad value for config key 'algo.name': {cfg.name!r}")
     check_model_name(str(cfg.model))
     if cfg.normalization not in NORMALIZATIONS:
         raise ConfigError(
@@ -113,7 +111,7 @@ def check_config(cfg) -> None:
             f"{', '.join(MESSAGE_SOURCES)} (a message module adds itself with "
             "register_message_source)"
         )
-    if cfg.name == "verco" and cfg.messages == "none":
+    if algo_spec(cfg.name).exchanges_messages and cfg.messages == "none":
         raise ConfigError(
             "config key 'algo.messages' is 'none' but algo.name=verco exchanges messages; "
             "use algo.name=twosome for agents without messages"
@@ -531,7 +529,7 @@ class Trainer:
         self.model = model or load_policy_model(str(self.algo.model), int(cfg.seed))
         self.policy = LMPolicy(self.algo, env, self.model)
         self.messages = messages or MESSAGE_SOURCES[self.algo.messages](self.model, self.algo)
-        self.trains = self.algo.name != "lm_zero_shot"
+        self.trains = algo_spec(self.algo.name).trains
         self.reset, self.avail, self.step = env_functions(env)
         self.optimizer = optimizer(float(self.algo.actor_lr), float(self.algo.critic_lr),
                                    float(self.algo.max_grad_norm))  # fmt: skip

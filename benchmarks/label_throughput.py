@@ -30,6 +30,7 @@ import numpy as np
 
 
 def _pair_prompts(n: int, seed: int = 0):
+    import jaxmarl_llm.methods.lca.answers  # noqa: F401  (registers lca_pair_ranking)
     from jaxmarl_llm.lm import templates
     from jaxmarl_llm.lm.backend import Request
 
@@ -77,10 +78,10 @@ def _scripted_array(args) -> dict:
 
 def _scripted_text(args) -> dict:
     from jaxmarl_llm.lm.labeling import ask
-    from jaxmarl_llm.lm.parsers import parse_pair_choice
     from jaxmarl_llm.lm.scripted import ScriptedBackend, pair_choice_teacher
     from jaxmarl_llm.lm.store import CachedBackend, LabelStore
     from jaxmarl_llm.lm.teachers import TeacherNoise
+    from jaxmarl_llm.methods.lca.answers import parse_pair_choice
 
     teacher = ScriptedBackend("lca-pair", pair_choice_teacher(TeacherNoise(mistake=0.2)))
     requests = _pair_prompts(args.num)
@@ -119,9 +120,9 @@ def _gemma(args) -> dict:
 
 def _http(args) -> dict:
     from jaxmarl_llm.lm.http import OpenAICompatibleBackend
-    from jaxmarl_llm.lm.parsers import parse_pair_choice
     from jaxmarl_llm.lm.scripted import ScriptedBackend, pair_choice_teacher
     from jaxmarl_llm.lm.server import serve
+    from jaxmarl_llm.methods.lca.answers import parse_pair_choice
 
     teacher = ScriptedBackend("lca-pair", pair_choice_teacher())
     requests = _pair_prompts(args.num)

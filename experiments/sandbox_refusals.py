@@ -242,7 +242,7 @@ def reference_functions() -> list[tuple]:
     planning and reward function the project compiles: each env's reference plan, the
     plans kept in the results folders and the paper's reward function (appendix E)."""
     import envs
-    from jaxmarl_llm.lm.parsers import parse_python_block
+    from jaxmarl_llm.methods.yolo.answers import parse_python_block
     from jaxmarl_llm.methods.yolo.shaper import env_tasks, split_functions
 
     results = REPO / "experiments/results/yolo"

@@ -1,5 +1,7 @@
 """Language/vision-model layer: backends behind one interface, the on-disk label store,
-prompt templates (data files), parsers, scripted teachers and the labeling policy.
+the loading and rendering of prompt templates (data files that each method registers with
+its answer forms), ``ParseError`` and the reading shared by answer parsers, scripted
+teachers and the labeling policy.
 
 Backends with heavy optional dependencies (``gemma``, ``llama``, ``http``) are imported from their
 own modules, so this package imports without the ``[llm]`` extra.

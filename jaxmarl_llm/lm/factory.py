@@ -15,7 +15,6 @@ from typing import Any
 from jaxmarl_llm.lm.backend import Backend
 from jaxmarl_llm.lm.scripted import (
     ScriptedBackend,
-    agent_ranking_teacher,
     pair_choice_teacher,
     written_answer_teacher,
 )
@@ -26,7 +25,6 @@ from jaxmarl_llm.lm.teachers import TeacherNoise
 TEACHERS: dict[str, Callable[[TeacherNoise], Any]] = {
     "pair_choice": lambda noise: pair_choice_teacher(noise, style="digit"),
     "pair_choice_hash": lambda noise: pair_choice_teacher(noise, style="hash"),
-    "agent_ranking": agent_ranking_teacher,
     "written_answer": lambda noise: written_answer_teacher(),  # noise-free by nature
 }
 

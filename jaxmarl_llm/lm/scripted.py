@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmarl_llm.lm.backend import Backend, Completion, Request, canonical_json
-from jaxmarl_llm.lm.parsers import format_agent_ranking
 from jaxmarl_llm.lm.teachers import (
     TeacherNoise,
     agent_rankings,
@@ -128,8 +127,12 @@ def pair_choice_teacher(noise: TeacherNoise | None = None, style: str = "digit")
     return answer
 
 
-def agent_ranking_teacher(noise: TeacherNoise | None = None) -> AnswerFn:
-    """Answers agent-ranking queries (payload ``scores``: one per agent) as "Rank #k : {..}"."""
+def agent_ranking_teacher(
+    write: Callable[[np.ndarray], str], noise: TeacherNoise | None = None
+) -> AnswerFn:
+    """Answers agent-ranking queries (payload ``scores``: one per agent) with
+    ``write(ranks)``: the teacher's ranks ``[N]`` (0 = best, ties share a rank) in the
+    answer form the method's prompt asks for."""
     noise = (noise or TeacherNoise()).validate()
 
     rank = jax.jit(lambda seed, scores: agent_rankings(jax.random.PRNGKey(seed), scores, noise))
@@ -141,7 +144,7 @@ def agent_ranking_teacher(noise: TeacherNoise | None = None) -> AnswerFn:
             if not bool(pairs.valid.any()):
                 texts.append(ABSTAIN_TEXT)
                 continue
-            texts.append(format_agent_ranking(np.asarray(ranks_from_pairs(pairs))))
+            texts.append(write(np.asarray(ranks_from_pairs(pairs))))
         return texts
 
     return answer

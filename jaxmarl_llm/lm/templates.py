@@ -1,59 +1,90 @@
-"""Prompt templates are data: text files in ``jaxmarl_llm/lm/prompts/`` (or a directory
-of your own), with ``$name`` placeholders filled from per-environment state describers.
+"""Prompt templates are data: text files with ``$name`` placeholders, filled from
+per-environment state describers.
+
+Each method keeps its templates in its package's ``prompts/`` folder and registers them
+with the answer form each asks for (``register``, from the method's ``answers`` module:
+template name -> its parser and what the parser returns, gathered in ``ANSWER_FORMS``). A
+packaged template is then found by its name alone; ``directory=`` reads templates from a
+folder of your own instead.
 
 ``render`` refuses a missing or an unexpected field, so a describer that drifts from its
-template fails at once instead of sending a prompt with a hole in it. Each packaged
-template names the parser for the answer form it asks for (``ANSWER_FORMS``).
+template fails at once instead of sending a prompt with a hole in it.
 """
 
 from __future__ import annotations
 
-import functools
 import string
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from jaxmarl_llm.lm import parsers
+PROMPTS_FOLDER = "prompts"  # inside a registering package
 
-# template -> (parser, what it returns)
-ANSWER_FORMS = {
-    "lca_pair_ranking": (parsers.parse_pair_choice, "P(state 1 better) in {1, 0, 0.5}"),
-    "lca_team_goal": (parsers.parse_team_goal, "TeamGoal: goal and ordered key steps"),
-    "dpm_trajectory_comparison": (parsers.parse_hash_choice, "P(trajectory 1 better)"),
-    "dpm_episode_comparison": (parsers.parse_hash_choice, "P(episode 1 better)"),
-    "dpm_agent_ranking": (parsers.parse_agent_ranking, "ranks [N], 0 = best"),
-    "yolo_strategy": (str.strip, "free-text strategy"),
-    "yolo_planning_function": (
-        functools.partial(parsers.parse_python_block, required_function="planning_function"),
-        "source of planning_function",
-    ),
-    "yolo_reward_function": (
-        functools.partial(parsers.parse_python_block, required_function="compute_reward"),
-        "source of planning_function and compute_reward",
-    ),
-    "vgepf_skill_choice": (parsers.parse_next_option, "index into the skill pool"),
-    "verco_message": (parsers.parse_agent_messages, "one message per agent"),
-}
+# template -> (parser, what it returns), for every registered template
+ANSWER_FORMS: dict[str, tuple[Callable[..., Any], str]] = {}
+_PACKAGE_OF: dict[str, str] = {}  # template -> the package that registered it
 
 
-def _template_dir(directory: str | Path | None) -> Path:
-    if directory is not None:
-        return Path(directory)
-    return Path(str(resources.files("jaxmarl_llm.lm").joinpath("prompts")))
+def _prompts_of(package: str) -> Path:
+    return Path(str(resources.files(package).joinpath(PROMPTS_FOLDER)))
+
+
+def register(package: str, answer_forms: Mapping[str, tuple[Callable[..., Any], str]]) -> None:
+    """The templates of ``package``: ``<package>/prompts/<name>.txt`` for each ``name`` of
+    ``answer_forms``, answered in the form its ``(parser, what it returns)`` reads.
+
+    Every ``.txt`` in that folder must be registered, and a name belongs to one package;
+    registering a package again (a reloaded module) replaces its entries.
+    """
+    folder = _prompts_of(package)
+    files = {p.stem for p in folder.glob("*.txt")}
+    missing = sorted(set(answer_forms) - files)
+    if missing:
+        raise ValueError(f"{package} registers prompt templates {missing} not in {folder}")
+    unregistered = sorted(files - set(answer_forms))
+    if unregistered:
+        raise ValueError(
+            f"{package} gives no answer form for its prompt templates {unregistered} (in {folder})"
+        )
+    taken = {n: _PACKAGE_OF[n] for n in answer_forms if _PACKAGE_OF.get(n, package) != package}
+    if taken:
+        raise ValueError(f"{package} registers prompt templates already registered: {taken}")
+    for name in [n for n, p in _PACKAGE_OF.items() if p == package]:
+        del _PACKAGE_OF[name], ANSWER_FORMS[name]
+    for name, form in answer_forms.items():
+        _PACKAGE_OF[name] = package
+        ANSWER_FORMS[name] = form
 
 
 def template_names(directory: str | Path | None = None) -> list[str]:
-    return sorted(p.stem for p in _template_dir(directory).glob("*.txt"))
+    """The registered templates, or those in ``directory``."""
+    if directory is None:
+        return sorted(_PACKAGE_OF)
+    return sorted(p.stem for p in Path(directory).glob("*.txt"))
+
+
+def template_path(name: str, directory: str | Path | None = None) -> Path:
+    """The file of template ``name``: registered, or in ``directory``."""
+    if directory is not None:
+        path = Path(directory) / f"{name}.txt"
+        if not path.is_file():
+            raise ValueError(
+                f"unknown prompt template {name!r} in {path.parent}; "
+                f"valid: {', '.join(template_names(directory))}"
+            )
+        return path
+    if name not in _PACKAGE_OF:
+        raise ValueError(
+            f"unknown prompt template {name!r}; valid: "
+            f"{', '.join(template_names()) or '(none)'} (the templates of the methods "
+            "imported so far; or pass directory=)"
+        )
+    return _prompts_of(_PACKAGE_OF[name]) / f"{name}.txt"
 
 
 def load_template(name: str, directory: str | Path | None = None) -> string.Template:
-    path = _template_dir(directory) / f"{name}.txt"
-    if not path.is_file():
-        raise ValueError(
-            f"unknown prompt template {name!r} in {path.parent}; "
-            f"valid: {', '.join(template_names(directory))}"
-        )
-    return string.Template(path.read_text())
+    return string.Template(template_path(name, directory).read_text())
 
 
 def template_fields(name: str, directory: str | Path | None = None) -> list[str]:

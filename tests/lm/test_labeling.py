@@ -16,7 +16,6 @@ from jaxmarl_llm.lm.labeling import (
     repeated_choices_to_confidence,
     retry_request,
 )
-from jaxmarl_llm.lm.parsers import parse_agent_ranking, parse_hash_choice, parse_pair_choice
 from jaxmarl_llm.lm.scripted import (
     ScriptedBackend,
     agent_ranking_teacher,
@@ -24,6 +23,12 @@ from jaxmarl_llm.lm.scripted import (
 )
 from jaxmarl_llm.lm.store import CachedBackend, LabelStore
 from jaxmarl_llm.lm.teachers import TeacherNoise, agent_rankings
+from jaxmarl_llm.methods.dpm.answers import (
+    format_agent_ranking,
+    parse_agent_ranking,
+    parse_hash_choice,
+)
+from jaxmarl_llm.methods.lca.answers import parse_pair_choice  # registers lca_pair_ranking
 
 
 def _pair_requests(values_a, values_b, seed=0):
@@ -119,7 +124,7 @@ def test_repeated_queries_use_new_seeds_and_aggregate(tmp_path):
 
 def test_rankings_through_text_match_the_array_teacher():
     scores = np.array([[3.0, 1.0, 2.0], [1.0, 1.0, 0.0]])
-    backend = ScriptedBackend("rank", agent_ranking_teacher())
+    backend = ScriptedBackend("rank", agent_ranking_teacher(format_agent_ranking))
     requests = [Request(f"scene {i}", payload={"scores": s.tolist()}) for i, s in enumerate(scores)]
     ranks, report = ask(backend, requests, lambda t: parse_agent_ranking(t, 3))
     label, valid = rankings_to_pair_arrays(ranks, 3)

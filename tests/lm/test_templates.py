@@ -1,45 +1,83 @@
-"""Prompt templates: every packaged one renders, names its parser, and rejects drift."""
+"""Prompt templates: found by name once a package registers them, or read from a folder of
+your own; ``render`` rejects drift. (Every method's packaged templates are checked in
+``tests/methods/test_answer_forms.py``.)"""
 
-import re
+import sys
 
 import pytest
 
 from jaxmarl_llm.lm import templates
 
 
-def test_every_template_renders_and_has_an_answer_form():
-    names = templates.template_names()
-    assert set(names) == set(templates.ANSWER_FORMS)
-    for name in names:
-        fields = templates.template_fields(name)
-        assert fields, name
-        text = templates.render(name, **{f: f"<{f}>" for f in fields})
-        assert all(f"<{f}>" in text for f in fields)
-        assert not re.search(r"\$[A-Za-z_{]", text), f"{name} left a placeholder"
+@pytest.fixture
+def registry(monkeypatch):
+    """The template registry, emptied for one test and restored after it."""
+    monkeypatch.setattr(templates, "ANSWER_FORMS", {})
+    monkeypatch.setattr(templates, "_PACKAGE_OF", {})
+    return templates
 
 
-def test_paper_answer_formats_are_in_the_prompts():
-    def blank(name):
-        return templates.render(name, **{f: "" for f in templates.template_fields(name)})
+@pytest.fixture
+def make_package(tmp_path, monkeypatch):
+    """``make_package(name, {template: text})``: an importable package with those prompts."""
+    monkeypatch.syspath_prepend(str(tmp_path))
 
-    assert "output #1" in blank("dpm_trajectory_comparison")
-    assert "Rank #2 : {1,2}" in blank("dpm_agent_ranking")
-    assert '"ego"' in blank("lca_pair_ranking") and "0 if they are equally good" in blank(
-        "lca_pair_ranking"
+    def make(name, prompts):
+        folder = tmp_path / name
+        (folder / "prompts").mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        for stem, text in prompts.items():
+            (folder / "prompts" / f"{stem}.txt").write_text(text)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        return name
+
+    return make
+
+
+def test_registered_templates_are_found_by_name(registry, make_package):
+    package = make_package("tpl_pkg_a", {"ask_pair": "Is $a better than $b?"})
+    registry.register(package, {"ask_pair": (str.strip, "text")})
+    assert registry.template_names() == ["ask_pair"]
+    assert registry.ANSWER_FORMS["ask_pair"] == (str.strip, "text")
+    assert registry.template_fields("ask_pair") == ["a", "b"]
+    assert registry.render("ask_pair", a=1, b="x") == "Is 1 better than x?"
+    registry.register(package, {"ask_pair": (str.lower, "text")})  # again: replaced
+    assert registry.ANSWER_FORMS["ask_pair"] == (str.lower, "text")
+
+
+def test_missing_and_unexpected_fields_are_named(registry, make_package):
+    registry.register(
+        make_package("tpl_pkg_b", {"pair": "$state_1 vs $state_2"}), {"pair": (str, "")}
     )
-    assert "def planning_function(processed_state)" in blank("yolo_planning_function")
-
-
-def test_missing_and_unexpected_fields_are_named():
-    fields = {f: "x" for f in templates.template_fields("lca_pair_ranking")}
-    fields.pop("state_2")
     with pytest.raises(ValueError, match=r"missing \['state_2'\]; unexpected \['stat_2'\]"):
-        templates.render("lca_pair_ranking", stat_2="x", **fields)
+        registry.render("pair", state_1="x", stat_2="x")
 
 
-def test_unknown_template_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown prompt template 'lca'.*lca_pair_ranking"):
-        templates.render("lca")
+def test_unknown_template_lists_the_registered_ones(registry, make_package):
+    with pytest.raises(ValueError, match=r"unknown prompt template 'pair'; valid: \(none\)"):
+        registry.render("pair")
+    registry.register(
+        make_package("tpl_pkg_c", {"pair_ranking": "$x"}), {"pair_ranking": (str, "")}
+    )
+    with pytest.raises(ValueError, match=r"unknown prompt template 'pair'; valid: pair_ranking"):
+        registry.render("pair")
+
+
+def test_a_package_registers_exactly_its_prompt_files(registry, make_package):
+    package = make_package("tpl_pkg_d", {"one": "$x", "two": "$y"})
+    with pytest.raises(ValueError, match=r"no answer form for its prompt templates \['two'\]"):
+        registry.register(package, {"one": (str, "")})
+    with pytest.raises(ValueError, match=r"registers prompt templates \['three'\] not in"):
+        registry.register(package, {"one": (str, ""), "two": (str, ""), "three": (str, "")})
+    assert registry.template_names() == []
+
+
+def test_a_template_name_belongs_to_one_package(registry, make_package):
+    registry.register(make_package("tpl_pkg_e", {"ask": "$x"}), {"ask": (str, "")})
+    other = make_package("tpl_pkg_f", {"ask": "$y"})
+    with pytest.raises(ValueError, match=r"already registered: \{'ask': 'tpl_pkg_e'\}"):
+        registry.register(other, {"ask": (str, "")})
+    assert registry.template_fields("ask") == ["x"]
 
 
 def test_templates_from_a_user_directory(tmp_path):
@@ -48,3 +86,9 @@ def test_templates_from_a_user_directory(tmp_path):
     assert templates.render("mine", directory=tmp_path, what="pairs", who="ego") == (
         "Rank pairs from ego."
     )
+
+
+def test_unknown_template_in_a_user_directory_lists_its_files(tmp_path):
+    (tmp_path / "mine.txt").write_text("Rank $what from $who.")
+    with pytest.raises(ValueError, match=r"unknown prompt template 'theirs' in .*; valid: mine"):
+        templates.render("theirs", directory=tmp_path)

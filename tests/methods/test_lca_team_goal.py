@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 import envs
 from jaxmarl_llm.lm.factory import make_backend
-from jaxmarl_llm.lm.parsers import ParseError, TeamGoal, parse_key_steps, parse_team_goal
+from jaxmarl_llm.lm.parsers import ParseError
 from jaxmarl_llm.lm.store import CacheMiss
 from jaxmarl_llm.methods.lca import LCAConfig
+from jaxmarl_llm.methods.lca.answers import TeamGoal, parse_key_steps, parse_team_goal
 from jaxmarl_llm.methods.lca.labels import pair_prompt
 from jaxmarl_llm.methods.lca.pairs import sample_transitions
 from jaxmarl_llm.methods.lca.pipeline import label_transitions

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 from omegaconf import OmegaConf
 
+from jaxmarl_llm.methods.dpm import answers  # noqa: F401  (registers the prompt templates)
 from jaxmarl_llm.methods.dpm.config import DPMConfig
 from jaxmarl_llm.methods.dpm.online import DPMFeedback
 from jaxmarl_llm.methods.dpm.reward import DPMParams, dpm_shaper, initial_params, reward_model

@@ -2,7 +2,7 @@
 
 The queries a round selected (``online.py``) are rendered with the env's
 ``SceneDescriber`` (``envs.capabilities``; SMAX's is ``envs/smax_text.py``) into
-``lm/prompts/dpm_trajectory_comparison.txt`` and ``dpm_agent_ranking.txt``, asked
+``prompts/dpm_trajectory_comparison.txt`` and ``dpm_agent_ranking.txt``, asked
 through the backend (answers cached in the label store), and parsed ("#1"/"#2"/"#0";
 "Rank #k : {agents}" lines) into the same label arrays the array teacher gives. Each
 request also carries the teacher's values as its payload, so the scripted backend answers
@@ -22,7 +22,7 @@ from envs.capabilities import SceneDescriber
 from jaxmarl_llm.lm import templates
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
 from jaxmarl_llm.lm.labeling import LabelingPolicy, LabelingReport, ask, rankings_to_pair_arrays
-from jaxmarl_llm.lm.parsers import parse_agent_ranking, parse_hash_choice
+from jaxmarl_llm.methods.dpm.answers import parse_agent_ranking, parse_hash_choice
 
 GAME = "the StarCraft Multi-Agent Challenge game"
 CRITERION = (

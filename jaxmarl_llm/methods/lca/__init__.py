@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from jaxmarl_llm.methods.lca import answers  # noqa: F401  (registers the prompt templates)
 from jaxmarl_llm.methods.lca.config import LCAConfig
 from jaxmarl_llm.methods.lca.online import LCAFeedback
 from jaxmarl_llm.methods.lca.pipeline import LCAResult, prepare

@@ -7,7 +7,7 @@ is better than ``s`` from agent ``i``'s view (``i`` is the "ego", the others are
 
 - ``heuristic_labels``: the env's ranking heuristic as a teacher, in arrays, with
   answers flipped at rate ``1 - accuracy`` (the paper's synthetic datasets, Fig. 4).
-- ``backend_labels``: the same question as text (``lm/prompts/lca_pair_ranking.txt``,
+- ``backend_labels``: the same question as text (``prompts/lca_pair_ranking.txt``,
   filled by the env's describer) through any backend; the scripted backend answers from
   the heuristic values in the payload, language models from the text.
 """
@@ -33,8 +33,8 @@ from jaxmarl_llm.lm.labeling import (
     rank_pair,
     repeated_choices_to_confidence,
 )
-from jaxmarl_llm.lm.parsers import TeamGoal, parse_pair_choice
 from jaxmarl_llm.lm.teachers import TeacherNoise, repeated_pair_preferences
+from jaxmarl_llm.methods.lca.answers import TeamGoal, parse_pair_choice
 from jaxmarl_llm.methods.lca.pairs import Transitions, both_states
 from jaxmarl_llm.methods.lca.team_goal import goal_fields
 

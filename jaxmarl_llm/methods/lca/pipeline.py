@@ -30,7 +30,7 @@ from envs.credit import CreditAssignmentEnv
 from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.lm.labeling import LabelingPolicy
-from jaxmarl_llm.lm.parsers import TeamGoal
+from jaxmarl_llm.methods.lca.answers import TeamGoal
 from jaxmarl_llm.methods.lca.config import LCAConfig
 from jaxmarl_llm.methods.lca.labels import (
     TextQuery,

@@ -5,7 +5,7 @@ a random action with probability ``epsilon``, or random play where the env has n
 scripted policy). Its sparse team reward (the env's ``event_reward``: the team reward
 without the step penalty, as the paper assumes) is non-zero at a few states; those
 states, described in text in the order they were reached with their rewards
-(``lm/prompts/lca_team_goal.txt``), are shown to a backend, which answers with the team
+(``prompts/lca_team_goal.txt``), are shown to a backend, which answers with the team
 goal and its key steps (``TeamGoal``). With ``team_goal: infer`` that answer replaces
 the env's hand-written ``team_target`` and ``key_steps`` in the ranking prompts.
 
@@ -28,7 +28,7 @@ from envs.credit import CreditAssignmentEnv
 from jaxmarl_llm.lm import templates
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
 from jaxmarl_llm.lm.labeling import LabelingPolicy, ask
-from jaxmarl_llm.lm.parsers import TeamGoal, parse_key_steps, parse_team_goal
+from jaxmarl_llm.methods.lca.answers import TeamGoal, parse_key_steps, parse_team_goal
 from jaxmarl_llm.methods.lca.pairs import rollout_transitions
 
 TEMPLATE = "lca_team_goal"

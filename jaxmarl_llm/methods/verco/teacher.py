@@ -50,7 +50,7 @@ from envs.salad.text import global_description, text_observations
 from jaxmarl_llm.lm import templates
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
 from jaxmarl_llm.lm.labeling import LabelingPolicy, LabelingReport, ask
-from jaxmarl_llm.lm.parsers import parse_agent_messages
+from jaxmarl_llm.methods.verco.answers import parse_agent_messages
 from jaxmarl_llm.methods.verco.losses import cut_message_words
 
 MESSAGE_WORD_BUDGET = 10

@@ -10,6 +10,7 @@ next skill from the paper's pool of seven (``select.py``, ``online.py``).
 
 from __future__ import annotations
 
+from jaxmarl_llm.methods.vgepf import answers  # noqa: F401  (registers the prompt templates)
 from jaxmarl_llm.methods.vgepf.clip_model import default_clip_path, load_vgepf_clip
 from jaxmarl_llm.methods.vgepf.config import Selection, VGEPFConfig
 from jaxmarl_llm.methods.vgepf.online import VGEPFFeedback

@@ -25,8 +25,9 @@ from typing import Any, Protocol
 from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
 from jaxmarl_llm.lm.labeling import LabelingPolicy, retry_request
-from jaxmarl_llm.lm.parsers import ParseError, parse_next_option
+from jaxmarl_llm.lm.parsers import ParseError
 from jaxmarl_llm.lm.templates import render
+from jaxmarl_llm.methods.vgepf.answers import parse_next_option
 from jaxmarl_llm.methods.vgepf.skills import SKILL_NAMES, SKILLS, skill
 
 TEMPLATE = "vgepf_skill_choice"
@@ -89,7 +90,7 @@ class Selector(Protocol):
 
 
 def parse_skill_choice(text: str) -> str:
-    """The pool's skill an answer names (``lm.parsers.parse_next_option``)."""
+    """The pool's skill an answer names (``answers.parse_next_option``)."""
     return SKILL_NAMES[parse_next_option(text, SKILL_NAMES)]
 
 

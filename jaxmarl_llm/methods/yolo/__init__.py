@@ -4,6 +4,7 @@ assignments give every agent a small bonus when its action carries out its task
 
 from omegaconf import OmegaConf
 
+from jaxmarl_llm.methods.yolo import answers  # noqa: F401  (registers the prompt templates)
 from jaxmarl_llm.methods.yolo.sandbox import (
     SandboxLimits,
     UnsafeCode,

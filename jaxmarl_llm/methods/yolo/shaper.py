@@ -386,7 +386,8 @@ def obtain_plan(env: ArrayEnv, cfg: YOLOConfig, artifact_dir: Path | None):
 def _answer_from_file(path: Path, cfg: YOLOConfig) -> str:
     """The code of a saved answer (bare code, or the last fenced block that defines the
     function the config needs)."""
-    from jaxmarl_llm.lm.parsers import ParseError, parse_python_block
+    from jaxmarl_llm.lm.parsers import ParseError
+    from jaxmarl_llm.methods.yolo.answers import parse_python_block
 
     if not path.is_file():
         raise UnsafeCode(f"answer_file {str(path)!r} does not exist")
@@ -412,7 +413,8 @@ def _ask_model(env, cfg: YOLOConfig, tasks: EnvTasks, compile_source, artifact_d
     from jaxmarl_llm.lm import templates
     from jaxmarl_llm.lm.backend import Request, SamplingParams
     from jaxmarl_llm.lm.factory import make_backend
-    from jaxmarl_llm.lm.parsers import ParseError, parse_python_block
+    from jaxmarl_llm.lm.parsers import ParseError
+    from jaxmarl_llm.methods.yolo.answers import parse_python_block
 
     store = str(artifact_dir / "answers.sqlite") if artifact_dir is not None else None
     backend = make_backend(cfg.backend, store=store, **cfg.backend_options)

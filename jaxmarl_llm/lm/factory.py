@@ -21,7 +21,8 @@ from jaxmarl_llm.lm.scripted import (
 from jaxmarl_llm.lm.store import CachedBackend, LabelStore
 from jaxmarl_llm.lm.teachers import TeacherNoise
 
-# Scripted teachers by name: (noise) -> answer function. Method issues add their own.
+# Scripted teachers by name: (noise) -> answer function; methods add theirs
+# (``register_teacher``).
 TEACHERS: dict[str, Callable[[TeacherNoise], Any]] = {
     "pair_choice": lambda noise: pair_choice_teacher(noise, style="digit"),
     "pair_choice_hash": lambda noise: pair_choice_teacher(noise, style="hash"),
@@ -29,6 +30,15 @@ TEACHERS: dict[str, Callable[[TeacherNoise], Any]] = {
 }
 
 BACKEND_KINDS = ("scripted", "gemma", "smollm2", "llama", "http")
+
+
+def register_teacher(name: str, factory: Callable[[TeacherNoise], Any]) -> None:
+    """Add a method's scripted teacher (``make_backend("scripted", teacher=name)``);
+    methods register theirs when they are imported."""
+    known = TEACHERS.get(name)
+    if known is not None and known is not factory:
+        raise ValueError(f"scripted teacher {name!r} is already registered")
+    TEACHERS[name] = factory
 
 
 def _scripted(teacher: str = "pair_choice", noise: Mapping[str, float] | None = None) -> Backend:

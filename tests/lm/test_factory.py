@@ -36,3 +36,16 @@ def test_scripted_backend_with_store_and_replay(tmp_path):
 def test_bad_configuration_is_named(kind, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_backend(kind, **kwargs)
+
+
+def test_methods_register_their_scripted_teachers_on_import_and_a_clash_is_refused():
+    import jaxmarl_llm.methods  # noqa: F401  (DPM's and V-GEPF's teachers)
+    from jaxmarl_llm.lm import factory
+
+    assert {"agent_ranking", "vgepf_skill"} <= set(factory.TEACHERS)
+    known = factory.TEACHERS["agent_ranking"]
+    factory.register_teacher("agent_ranking", known)  # the same factory again: no clash
+    with pytest.raises(ValueError, match="'agent_ranking' is already registered"):
+        factory.register_teacher("agent_ranking", lambda noise: None)
+    backend = factory.make_backend("scripted", teacher="vgepf_skill")
+    assert backend is not None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxmarl_llm.lm import templates
+from jaxmarl_llm.lm.factory import register_teacher
 from jaxmarl_llm.lm.parsers import (
     CHOICE_LABELS,
     HAS_DIGIT,
@@ -27,6 +28,7 @@ from jaxmarl_llm.lm.parsers import (
     standalone_hash,
     token_choice,
 )
+from jaxmarl_llm.lm.scripted import agent_ranking_teacher
 
 # ----- the trajectory and episode comparisons --------------------------------------------
 
@@ -162,3 +164,5 @@ ANSWER_FORMS = {
     "dpm_agent_ranking": (parse_agent_ranking, "ranks [N], 0 = best"),
 }
 templates.register(__package__, ANSWER_FORMS)
+# the scripted teacher of agent rankings answers in this format
+register_teacher("agent_ranking", lambda noise: agent_ranking_teacher(format_agent_ranking, noise))

@@ -355,13 +355,8 @@ class DPMFeedback:
 
     # ----- text labels (labeler: backend) ----------------------------------------------
     def _backends(self) -> dict[str, Any]:
-        from jaxmarl_llm.lm.factory import TEACHERS, make_backend
-        from jaxmarl_llm.lm.scripted import agent_ranking_teacher
-        from jaxmarl_llm.methods.dpm.answers import format_agent_ranking
+        from jaxmarl_llm.lm.factory import make_backend
 
-        TEACHERS.setdefault(
-            "agent_ranking", lambda noise: agent_ranking_teacher(format_agent_ranking, noise)
-        )
         cfg = self.cfg
         store = cfg.store or (str(self.dir / "labels.sqlite") if self.dir else None)
         common = {"store": store, "cache_mode": cfg.cache_mode}

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.lm.backend import Backend, Request, SamplingParams
+from jaxmarl_llm.lm.factory import register_teacher
 from jaxmarl_llm.lm.labeling import LabelingPolicy, retry_request
 from jaxmarl_llm.lm.parsers import ParseError
 from jaxmarl_llm.lm.templates import render
@@ -214,3 +215,7 @@ def skill_teacher(payloads: Sequence[dict[str, Any]], seeds) -> list[str]:
     """The scripted teacher behind the text interface: answers the payload's scripted
     choice in the paper's output format."""
     return [f"Analysis: scripted rule. Next Skill: {p['scripted']}" for p in payloads]
+
+
+SCRIPTED_TEACHER = "vgepf_skill"  # the LM factory's scripted teacher for skill choices
+register_teacher(SCRIPTED_TEACHER, lambda noise: skill_teacher)

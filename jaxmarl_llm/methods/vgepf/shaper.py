@@ -23,11 +23,14 @@ from jaxmarl_llm.methods.vgepf.potential import (
     initial_params,
     potential_shaper,
 )
-from jaxmarl_llm.methods.vgepf.select import BackendSelector, ScriptedSelector, Selector
+from jaxmarl_llm.methods.vgepf.select import (
+    SCRIPTED_TEACHER,
+    BackendSelector,
+    ScriptedSelector,
+    Selector,
+)
 from jaxmarl_llm.shaping.base import CombineMode, Shaper
 from jaxmarl_llm.vision.clip import LoadedCLIP
-
-SCRIPTED_TEACHER = "vgepf_skill"  # the LM factory's scripted teacher for skill choices
 
 
 def vgepf_config(kwargs) -> VGEPFConfig:
@@ -55,10 +58,8 @@ def selector_factory(
         return lambda: (scripted, lambda: None)
 
     def make():
-        from jaxmarl_llm.lm.factory import TEACHERS, make_backend
-        from jaxmarl_llm.methods.vgepf.select import skill_teacher
+        from jaxmarl_llm.lm.factory import make_backend
 
-        TEACHERS.setdefault(SCRIPTED_TEACHER, lambda noise: skill_teacher)
         options = dict(sel.backend_options)
         if sel.backend == "scripted":
             options.setdefault("teacher", SCRIPTED_TEACHER)

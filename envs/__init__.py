@@ -7,11 +7,13 @@ environment offers methods beyond jaxmarl's interface (``envs.capabilities``).
 """
 
 from envs import (
+    football,  # noqa: F401
     lbf,  # noqa: F401
     matrix_game,  # noqa: F401
     mpe,  # noqa: F401  (registers entries)
     overcooked,  # noqa: F401
     pistonball,  # noqa: F401
+    salad,  # noqa: F401
     smax,  # noqa: F401
     two_switch,  # noqa: F401
     victim_rubble,  # noqa: F401

@@ -1,8 +1,9 @@
 """What an environment offers beyond jaxmarl's interface, and the one lookup methods use.
 
 A capability *kind* is a class: a ``typing.Protocol`` when the provider is an object with
-methods (usually the env itself), or a small frozen dataclass when it is plain data. The
-first line of a kind's docstring is a noun phrase that completes "needs an env with ...";
+methods (usually the env itself), or a small frozen dataclass when it is plain data; a
+Protocol without members (``FootballMatch``) says what the env's states are. The first
+line of a kind's docstring is a noun phrase that completes "needs an env with ...";
 errors quote it.
 
 An env declares its capabilities once, as a mapping ``kind -> (env -> provider)`` built
@@ -21,17 +22,15 @@ the capability and the registered envs that have it). Both accept a jaxmarl env,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import chex
 import jax
 
-#: kind -> function of the (raw jaxmarl) env returning the provider
-Capabilities = Mapping[type, Callable[[Any], Any]]
-
-# The registry entry an env was made from is recorded on the env under this name.
-SPEC_NAME_ATTR = "_registry_name"
+from envs import registry
+from envs.array_env import ArrayEnv
 
 
 # ----- kinds ----------------------------------------------------------------------------------
@@ -114,16 +113,62 @@ class ScriptedPolicy(Protocol):
 
 
 @runtime_checkable
+class ScriptedIntents(Protocol):
+    """scripted intents of every player (move, sprint, kick)
+
+    What the env's scripted policy wants every player to do, the learners' players
+    included (a football env's, ``envs.football``); ``envs.football.scripted_actions``
+    turns the learners' intents into actions.
+    """
+
+    #: player index of each agent, in ``agents`` order ``[C]``
+    controlled: Any
+    #: ``[P]`` bool: the player is an agent's
+    is_controlled: jax.Array
+
+    def scripted_intent(self, state: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Move direction ``[P, 2]`` (a unit vector, zero to stand), sprint ``[P]`` bool and
+        kick kind ``[P]`` int32 of every player in ``state`` (jittable)."""
+
+
+@runtime_checkable
+class FootballMatch(Protocol):
+    """football match states (players, ball, possession, score and match statistics)
+
+    The env's states are ``envs.football.FootballState``s: V-GEPF renders them and reads
+    its skill predicates from them, the xT shaper reads the ball's zone and possession.
+    """
+
+
+@runtime_checkable
+class TextObservations(Protocol):
+    """text observations and action phrases (TWOSOME's text interface)
+
+    Host-side, over a batch of states read as numpy: the prompts and the candidate
+    actions of a language-model policy (Verco, TWOSOME).
+    """
+
+    def action_phrases(self) -> list[str]:
+        """One short phrase per action, in action order."""
+
+    def text_observations(self, states: Any) -> list[list[str]]:
+        """``[env][agent]`` text of what each agent sees and holds, its task and the
+        phrases of its available actions."""
+
+
+@runtime_checkable
 class SmaxUnits(Protocol):
     """SMAX unit access: health, unit types, movement and attack actions
 
     A ``HeuristicEnemySMAX``-like env: ``num_allies`` allies come first among the units,
-    ``_env`` is the inner SMAX (``unit_type_health``, ``num_movement_actions``), and states
-    hold the SMAX state (units) as ``.state``.
+    the first ``num_movement_actions`` actions move (the attacks follow), and states hold
+    the SMAX state (units) as ``.state``.
     """
 
     num_allies: int
-    _env: Any
+    num_movement_actions: int
+    #: ``[unit types]`` maximum health of each unit type
+    unit_type_health: Any
 
     def get_avail_actions(self, state: Any) -> dict[str, jax.Array]: ...
 
@@ -165,6 +210,9 @@ KINDS: tuple[type, ...] = (
     StateDescriber,
     Renderer,
     ScriptedPolicy,
+    ScriptedIntents,
+    FootballMatch,
+    TextObservations,
     SmaxUnits,
     SceneDescriber,
     YoloTaskSet,
@@ -194,8 +242,6 @@ def provides(*declared: type | Any) -> dict[type, Callable[[Any], Any]]:
 # ----- looking up -------------------------------------------------------------------------------
 def _raw(env: Any) -> Any:
     """The jaxmarl env behind ``env`` (an ``ArrayEnv`` view is unwrapped)."""
-    from envs.array_env import ArrayEnv
-
     while isinstance(env, ArrayEnv):
         env = env.env
     return env
@@ -205,9 +251,7 @@ def _resolve(env: Any) -> Any:
     """The jaxmarl env for a registry name (made with its default kwargs), a jaxmarl env or
     its ``ArrayEnv`` view."""
     if isinstance(env, str):
-        from envs.registry import make
-
-        env = make(env)
+        env = registry.make(env)
     return _raw(env)
 
 
@@ -226,32 +270,31 @@ def members(kind: type) -> list[str]:
     return list(names)
 
 
-def _spec_declarations(spec: Any) -> dict[type, Callable[[Any], Any]]:
-    cls = spec.factory if isinstance(spec.factory, type) else None
+def _spec_declarations(spec: registry.EnvSpec) -> dict[type, Callable[[Any], Any]]:
+    factory = spec.factory
+    while isinstance(factory, functools.partial):  # e.g. partial(Football, scenario)
+        factory = factory.func
+    cls = factory if isinstance(factory, type) else None
     return {**getattr(cls, "capabilities", {}), **spec.capabilities}
 
 
 def declarations(env: Any) -> dict[type, Callable[[Any], Any]]:
     """Every capability ``env`` (a jaxmarl env or its ``ArrayEnv`` view) declares."""
-    from envs.registry import spec
-
     raw = _raw(env)
     out = dict(getattr(type(raw), "capabilities", {}))
-    name = getattr(raw, SPEC_NAME_ATTR, None)
+    name = getattr(raw, registry.SPEC_NAME_ATTR, None)
     if name is not None:
-        out.update(spec(name).capabilities)
+        out.update(registry.spec(name).capabilities)
     return out
 
 
 def providers(kind: type) -> list[str]:
     """Names of the registered environments that declare ``kind``."""
-    from envs.registry import _REGISTRY
-
-    return sorted(n for n, s in _REGISTRY.items() if kind in _spec_declarations(s))
+    return sorted(n for n in registry.names() if kind in _spec_declarations(registry.spec(n)))
 
 
 def _env_label(raw: Any) -> str:
-    name = getattr(raw, SPEC_NAME_ATTR, None)
+    name = getattr(raw, registry.SPEC_NAME_ATTR, None)
     return type(raw).__name__ if name is None else f"{name!r} ({type(raw).__name__})"
 
 
@@ -278,10 +321,8 @@ def capability(env: Any, kind: type) -> Any:
 
 def _compact(names: list[str]) -> str:
     """``names`` with every registry family ("smax:...") they cover whole written "smax:*"."""
-    from envs.registry import names as all_names
-
     families: dict[str, list[str]] = {}
-    for n in all_names():
+    for n in registry.names():
         if ":" in n:
             families.setdefault(n.split(":", 1)[0], []).append(n)
     out, covered = [], set()

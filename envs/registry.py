@@ -9,14 +9,19 @@ agent groups) and the capabilities methods may ask for (``envs.capabilities``).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 
 from envs.array_env import ArrayEnv, StatsFn, WonFn, WorldStateFn
-from envs.capabilities import SPEC_NAME_ATTR, Capabilities
+
+#: capability kind -> function of the (raw jaxmarl) env returning the provider
+Capabilities = Mapping[type, Callable[[Any], Any]]
+
+# The registry entry an env was made from is recorded on the env under this name.
+SPEC_NAME_ATTR = "_registry_name"
 
 
 class UnknownEnvError(ValueError):
@@ -39,7 +44,7 @@ class EnvSpec:
     # how logged episode returns reduce over agents; see ArrayEnv
     return_reduction: str = "mean"
     # what methods may ask of the env (envs.capabilities.provides); adds to the
-    # ``capabilities`` of the factory when it is a class
+    # ``capabilities`` of the factory when it is a class (or a functools.partial of one)
     capabilities: Capabilities = field(default_factory=dict)
 
 
@@ -91,59 +96,3 @@ def make_array_env(name: str, **kwargs) -> ArrayEnv:
         world_state_reads_obs=s.world_state_reads_obs,
         stats_fn=s.stats_fn,
     )
-
-
-# ----- Google Research Football scenarios (envs/football) ----------------------------------
-# Registered here, after the registry's definitions, so importing ``envs`` registers them.
-def _register_football() -> None:
-    import functools
-
-    from envs.capabilities import Renderer, provides
-    from envs.football import SCENARIOS, Football
-    from envs.football.env import episode_stats
-
-    for scenario in SCENARIOS:
-        register(
-            EnvSpec(
-                f"football:{scenario}",
-                functools.partial(Football, scenario),
-                f"GRF-like 2D football, scenario {scenario}: simple115_v2 observations, "
-                "19 actions, scoring reward (kwarg rewards='scoring,checkpoints')",
-                won_fn=lambda env, s: env.won(s),
-                stats_fn=lambda env, s: episode_stats(s),
-                world_state_fn=lambda env, s, obs: env.world_state(s),
-                world_state_reads_obs=False,
-                capabilities=provides(Renderer),
-            )
-        )
-
-
-_register_football()
-
-
-# ----- TWOSOME's macro-action salad kitchen for two cooks (envs/salad) ----------------------
-def _register_salad() -> None:
-    import functools
-
-    from envs.capabilities import ScriptedPolicy, provides
-    from envs.salad import SaladKitchen, episode_stats
-
-    layouts = {"A": "both cooks in one room", "B": "a counter wall between the cooks"}
-    for map_name, layout in layouts.items():
-        register(
-            EnvSpec(
-                f"salad:{map_name}",
-                functools.partial(SaladKitchen, map_name),
-                f"TWOSOME's Overcooked salad kitchen, map {map_name} ({layout}): 2 agents, "
-                "macro-actions with masks, 5x5 partial observations, one of 7 salads per "
-                "episode (kwargs tasks=/task=), shared reward",
-                won_fn=lambda env, s: env.won(s),
-                stats_fn=lambda env, s: episode_stats(s),
-                world_state_fn=lambda env, s, obs: env.world_state(s),
-                world_state_reads_obs=False,
-                capabilities=provides(ScriptedPolicy),
-            )
-        )
-
-
-_register_salad()

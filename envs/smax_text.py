@@ -55,7 +55,7 @@ def scenario_info(raw: Any, env_state: Any) -> str:
 
 
 def action_text(raw: Any, action: int) -> str:
-    moves = raw._env.num_movement_actions
+    moves = raw.num_movement_actions
     if action < moves:
         return MOVES[action]
     return f"attack Enemy Agent {action - moves + 1}"

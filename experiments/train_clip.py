@@ -71,16 +71,14 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from envs.football.env import (  # noqa: E402
     DIRECTIONS,
     HIGH_PASS,
-    KICK_SHORT,
-    KICK_SHOT,
     LONG_PASS,
     NUM_ACTIONS,
     RELEASE_DIRECTION,
     SHORT_PASS,
-    SHOT,
     Football,
 )
 from envs.football.render import render  # noqa: E402
+from envs.football.scripted_actions import scripted_actions  # noqa: E402
 from jaxmarl_llm.methods.vgepf.clip_model import DEFAULT_CLIP_DIR  # noqa: E402
 from jaxmarl_llm.methods.vgepf.predicates import skill_predicates  # noqa: E402
 from jaxmarl_llm.methods.vgepf.skills import SKILL_NAMES, SKILLS  # noqa: E402
@@ -142,16 +140,6 @@ def _direction_action(move: jax.Array, min_norm: float = 0.0) -> jax.Array:
     return jnp.where((move**2).sum(-1) > min_norm, d, RELEASE_DIRECTION)
 
 
-def scripted_actions(env: Football, state) -> jax.Array:
-    """The env's scripted policy for the controlled players as actions [C]: its kick if it
-    kicks, else the move action nearest its intended direction (sprint is left out)."""
-    move, _, kick = env._scripted(state)
-    idx = jnp.asarray(env.controlled)
-    k = kick[idx]
-    act = jnp.where(k == KICK_SHOT, SHOT, jnp.where(k == KICK_SHORT, SHORT_PASS, -1))
-    return jnp.where(act >= 0, act, _direction_action(move[idx])).astype(jnp.int32)
-
-
 def defending_actions(env: Football, state) -> jax.Array:
     """Fall back goal-side: each controlled player heads for a point between the ball and
     its own goal (defenders nearer the goal), the nearest outfield one for the ball. [C]"""
@@ -173,9 +161,8 @@ def policy_actions(env: Football, key, state, eps, p_pass, defend) -> jax.Array:
     c = len(env.controlled)
     rand = jax.random.randint(k_rand, (c,), 0, NUM_ACTIONS)
     blue_ball = (state.owner >= 0) & (state.owner < 11)
-    base = jnp.where(
-        defend & ~blue_ball, defending_actions(env, state), scripted_actions(env, state)
-    )
+    scripted = scripted_actions(env, state, sprint=False)
+    base = jnp.where(defend & ~blue_ball, defending_actions(env, state), scripted)
     act = jnp.where(jax.random.uniform(k_mix, (c,)) < eps, rand, base)
     kinds = jnp.array([SHORT_PASS, SHORT_PASS, LONG_PASS, HIGH_PASS])
     pass_act = kinds[jax.random.randint(k_kind, (c,), 0, 4)]

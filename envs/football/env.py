@@ -102,6 +102,7 @@ from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 from jaxmarl.environments.spaces import Box, Discrete
 
 from envs import fast_random
+from envs.capabilities import FootballMatch, Renderer, ScriptedIntents, provides
 from envs.football.scenarios import (
     FORMATION,
     KICKOFF_LAYOUT,
@@ -290,6 +291,8 @@ class Football(MultiAgentEnv):
         max_steps: episode length (default: the scenario's).
     """
 
+    capabilities = provides(Renderer, FootballMatch, ScriptedIntents)
+
     def __init__(
         self,
         scenario_name: str = "11_vs_11_easy_stochastic",
@@ -385,7 +388,7 @@ class Football(MultiAgentEnv):
         return self.get_obs(state), state
 
     # ----- scripted policy ----------------------------------------------------------------
-    def _scripted(self, state: FootballState):
+    def scripted_intent(self, state: FootballState):
         """Scripted intent of all 22 players: move dir [22, 2], sprint [22], kick [22]."""
         team = jnp.arange(22) // 11
         # the right team sees the ball with its reaction delay
@@ -464,7 +467,7 @@ class Football(MultiAgentEnv):
         )
         slide = jnp.zeros((22,), bool).at[ctrl].set(a == SLIDING)
 
-        s_move, s_sprint, s_kick = self._scripted(state)
+        s_move, s_sprint, s_kick = self.scripted_intent(state)
         ctrl_mask = self.is_controlled
         c_move = jnp.zeros((22, 2)).at[:11].set(DIRECTIONS[sticky])
         move = jnp.where(ctrl_mask[:, None], c_move, s_move)

@@ -546,12 +546,6 @@ class SaladKitchen(MultiAgentEnv):
     def won(self, state: SaladState) -> jax.Array:
         return state.delivered
 
-    def greedy_actions(self, state: SaladState) -> jax.Array:
-        """int32[2]: the scripted team's macro-actions (``envs.salad.scripted``)."""
-        from envs.salad.scripted import scripted_actions  # scripted imports this module
-
-        return scripted_actions(self, state)
-
 
 def episode_stats(state: SaladState) -> dict:
     """Statistics of a terminal state: steps taken, success, collisions, wrong deliveries."""

@@ -1,8 +1,8 @@
 """A scripted salad team: a pure, jittable policy over ``SaladState``.
 
 ``scripted_actions(env, state) -> int32[2]`` picks every agent's macro-action (a busy agent
-keeps its running one). The team is rule-based and finishes every task on both maps; it is
-not claimed optimal.
+keeps its running one); ``ScriptedTeam(env)`` is the salad entries' ``ScriptedPolicy``.
+The team is rule-based and finishes every task on both maps; it is not claimed optimal.
 
 * The **chef** (agent 0) does the cooking. Foods are taken in task order (tomato, lettuce,
   onion); the k-th food of the task is chopped on knife ``k % 2 + 1``. Empty-handed, the
@@ -117,6 +117,18 @@ def scripted_actions(env: SaladKitchen, state: SaladState) -> jax.Array:
     partner = _runner(env, state) if env.map_name == "B" else jnp.int32(WAIT)
     fresh = jnp.stack([chef, partner])
     return jnp.where(state.busy, state.macro, fresh).astype(jnp.int32)
+
+
+class ScriptedTeam:
+    """The salad entries' ``ScriptedPolicy`` (``envs.capabilities``): the scripted team
+    playing ``env``."""
+
+    def __init__(self, env: SaladKitchen):
+        self.env = env
+
+    def greedy_actions(self, state: SaladState) -> jax.Array:
+        """int32[2]: the scripted team's macro-actions."""
+        return scripted_actions(self.env, state)
 
 
 def run_scripted(env: SaladKitchen, state: SaladState, forbid: tuple[int, ...] = ()) -> SaladState:

@@ -7,6 +7,7 @@ Everything here reads a batch of ``SaladState`` as numpy (outside jit):
   window, what it and its teammate hold, the task and the phrases of its available
   actions (a busy agent's only action is to go on with its running one).
 * ``global_description(env, states)``: the symbolic full state a scripted teacher reads.
+* ``SaladText(env)``: the first two as the salad entries' ``TextObservations``.
 """
 
 from __future__ import annotations
@@ -177,3 +178,17 @@ def _avail(env: SaladKitchen, states) -> np.ndarray:
     if np.ndim(states.step) == 0:
         return np.asarray(one(states))[None]
     return np.asarray(batched(states))
+
+
+class SaladText:
+    """The salad entries' ``TextObservations`` (``envs.capabilities``): this module's text
+    of ``env``."""
+
+    def __init__(self, env: SaladKitchen):
+        self.env = env
+
+    def action_phrases(self) -> list[str]:
+        return action_phrases(self.env)
+
+    def text_observations(self, states) -> list[list[str]]:
+        return text_observations(self.env, states)

@@ -10,16 +10,20 @@ from toy_envs import MaskedBandit, RaceLine
 import envs
 from envs.capabilities import (
     KINDS,
+    FootballMatch,
     RankingHeuristic,
     Renderer,
     SceneDescriber,
+    ScriptedIntents,
     ScriptedPolicy,
     SmaxUnits,
     StateDescriber,
+    TextObservations,
     YoloTaskSet,
     declarations,
     provides,
 )
+from envs.football import Football
 from jaxmarl_llm.shaping.registry import build_shaper
 
 # what each method asks for; refusing an env is tested below through the shaper builders
@@ -32,8 +36,9 @@ EXPECTED = {
     "mpe:simple_spread_jaxmarl": {YoloTaskSet},
     "smax:3m": {SmaxUnits, SceneDescriber, YoloTaskSet},
     "matrix:penalty": set(),
-    "salad:A": {ScriptedPolicy},
-    "salad:B": {ScriptedPolicy},
+    "salad:A": {ScriptedPolicy, TextObservations},
+    "salad:B": {ScriptedPolicy, TextObservations},
+    "football:academy_counterattack_easy": {Renderer, FootballMatch, ScriptedIntents},
 }
 
 
@@ -55,6 +60,9 @@ def test_declarations_are_the_ones_methods_rely_on():
     assert envs.providers(ScriptedPolicy) == ["salad:A", "salad:B", "two_switch", "victim_rubble"]
     smax = [n for n in envs.names() if n.startswith("smax:")]
     assert len(smax) > 1 and envs.providers(SmaxUnits) == smax
+    football = [n for n in envs.names() if n.startswith("football:")]
+    assert len(football) > 1 and envs.providers(ScriptedIntents) == football
+    assert envs.providers(FootballMatch) == football
     for kind in KINDS:  # no kind is declared by nobody
         assert envs.providers(kind), kind.__name__
 
@@ -87,6 +95,10 @@ def test_an_env_class_outside_the_registry_declares_on_itself():
     assert envs.capability(race, RankingHeuristic) is race.env
     assert envs.capability(race, ScriptedPolicy) is None
     assert envs.capability(MaskedBandit(), RankingHeuristic) is None
+    # a football env made without the registry, as the xT grid and CLIP scripts make them
+    match = Football("academy_counterattack_easy")
+    assert envs.capability(match, ScriptedIntents) is match
+    assert envs.capability(match, ScriptedPolicy) is None
 
 
 def test_a_declaration_the_env_does_not_implement_is_a_type_error():
@@ -119,6 +131,8 @@ def test_require_names_the_env_the_capability_and_the_envs_that_have_it():
         ("individual", "lbf:8x8-2p-2f-coop", "RankingHeuristic", "pistonball, two_switch"),
         ("yolo", "pistonball", "YoloTaskSet", "lbf:8x8-2p-2f-coop, mpe:\\*, smax:\\*"),
         ("dpm", "two_switch", "SmaxUnits", "smax:\\*"),
+        ("xt", "smax:3m", "FootballMatch", "football:\\*"),
+        ("vgepf", "mpe:simple_spread", "FootballMatch", "football:\\*"),
     ],
 )
 def test_a_method_is_refused_on_an_env_without_its_capability(shaper, env, kind, providers):

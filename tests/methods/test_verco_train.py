@@ -197,6 +197,14 @@ def test_a_bad_model_names_the_problem(model, words):
         assert word in str(err.value)
 
 
+def test_an_env_without_text_observations_is_refused():
+    cfg = tiny_config()
+    cfg.env.name = "smax:3m"
+    match = r"'env.name': algo.name=verco needs .*\(TextObservations\); 'smax:3m' .* lacks it"
+    with pytest.raises(ConfigError, match=match):
+        make_salad_env(cfg)
+
+
 def test_teammate_observation_message_reaches_the_prompt():
     seen = "Task: tomato salad. You hold raw onion. You see empty plate. Actions: wait; chop."
     (message,) = TeammateObservation().messages([seen])

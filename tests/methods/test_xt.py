@@ -197,7 +197,8 @@ def test_bad_xt_kwargs_are_config_errors(kwargs, match):
 
 
 def test_the_xt_shaper_refuses_a_non_football_env():
-    with pytest.raises(ConfigError, match="not a football"):
+    match = r"^shaping.name=xt .* needs an env with football match states .*\(FootballMatch\); "
+    with pytest.raises(ConfigError, match=match + r"'mpe:simple_spread_3' .* lacks it"):
         xt_shaper(envs.make_array_env("mpe:simple_spread_3"), XTConfig())
 
 

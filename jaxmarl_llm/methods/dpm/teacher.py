@@ -42,7 +42,7 @@ def health_fractions(env: ArrayEnv, env_state: Any) -> jax.Array:
     """Each unit's health as a fraction of its type's maximum ``[U]`` (0 when dead)."""
     raw = require_smax(env)
     u = _units(env_state)
-    max_health = jnp.asarray(raw._env.unit_type_health)[u.unit_types]
+    max_health = jnp.asarray(raw.unit_type_health)[u.unit_types]
     return jnp.where(u.unit_alive, u.unit_health / max_health, 0.0)
 
 
@@ -61,7 +61,7 @@ def agent_contributions(
 ):
     """``(scores [N], rated [N])`` of the allies' actions ``[N]`` in ``env_state``."""
     raw = require_smax(env)
-    moves = raw._env.num_movement_actions  # 4 moves + stop; attacks follow
+    moves = raw.num_movement_actions  # 4 moves + stop; attacks follow
     u = _units(env_state)
     n = raw.num_allies
     alive = u.unit_alive[:n]

@@ -32,11 +32,12 @@ def _path_signs(env: ArrayEnv, score: Callable, params: Any, key: jax.Array, num
     """``(stage [T, S], agree [T, S, N], counted [T, S, N])`` over ``num_starts`` scripted
     episodes of ``max_steps`` steps (steps after completion not counted)."""
     raw = env.env
+    policy = capability(raw, ScriptedPolicy)
     _, start = jax.vmap(raw.reset)(jax.random.split(key, num_starts))
     stage_of = getattr(raw, "task_stage", lambda s: jnp.zeros((), jnp.int32))
 
     def one(s, done):
-        a = raw.greedy_actions(s)
+        a = policy.greedy_actions(s)
         _, s2, _, _, _ = raw.step_env(key, s, env.unstack_actions(a))
         d_phi = raw.heuristic_potential(s2) - raw.heuristic_potential(s)
         d_sig = score(params, s2) - score(params, s)

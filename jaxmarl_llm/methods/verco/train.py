@@ -43,6 +43,7 @@ import numpy as np
 import optax
 from omegaconf import DictConfig, OmegaConf
 
+from envs.capabilities import TextObservations, require
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners.registry import algo_spec
 from jaxmarl_llm.lm.lora import init_lora, load_adapters
@@ -317,9 +318,8 @@ class LMPolicy:
         self.model = model
         self.tokenizer = model.tokenizer
         self.value_head = ValueHead(tuple(algo.value_hidden))
-        from envs.salad.text import action_phrases
-
-        phrases = action_phrases(env)
+        self.text = require(env, TextObservations, needed_by=f"algo.name={algo.name}")
+        phrases = self.text.action_phrases()
         self.num_actions = len(phrases)
         cand_ids = [self.tokenizer.encode(" " + p, add_bos=False) for p in phrases]
         self.cand_len = max(len(c) for c in cand_ids)
@@ -627,10 +627,8 @@ class Trainer:
 
     def _prompts(self, env_state, agents: list[tuple[int, int]], clock: Clock) -> list[str]:
         """The action prompts of ``agents`` ``(env, agent)``, with their teammates' messages."""
-        from envs.salad.text import text_observations
-
         t0 = time.perf_counter()
-        obs = text_observations(self.env, env_state)
+        obs = self.policy.text.text_observations(env_state)
         said = self.messages.messages([obs[i][1 - a] for i, a in agents])
         prompts = [action_prompt(obs[i][a], m) for (i, a), m in zip(agents, said, strict=True)]
         clock.text_s += time.perf_counter() - t0
@@ -755,17 +753,17 @@ def salad_env(name: str, kwargs_json: str):
 
 
 def make_salad_env(cfg: DictConfig):
-
-    if not str(cfg.env.name).startswith("salad:"):
-        raise ConfigError(
-            f"bad value for config key 'env.name': {cfg.env.name!r}; algo.name="
-            f"{cfg.algo.name} reads the salad kitchen's text (salad:A or salad:B)"
-        )
+    """``cfg.env``'s kitchen (an env with ``TextObservations``)."""
     kwargs = OmegaConf.to_container(cfg.env.kwargs, resolve=True)
     try:
-        return salad_env(str(cfg.env.name), json.dumps(kwargs, sort_keys=True))
+        env = salad_env(str(cfg.env.name), json.dumps(kwargs, sort_keys=True))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"bad value for config key 'env.kwargs' ({kwargs}): {e}") from e
+    try:
+        require(env, TextObservations, needed_by=f"algo.name={cfg.algo.name}")
+    except ValueError as e:
+        raise ConfigError(f"bad value for config key 'env.name': {e}") from None
+    return env
 
 
 def _checkpoint_tree(states: list[TrainState]) -> dict:

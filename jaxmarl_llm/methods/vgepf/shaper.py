@@ -9,6 +9,7 @@ import jax
 import numpy as np
 from omegaconf import OmegaConf
 
+from envs.capabilities import FootballMatch, require
 from jaxmarl_llm.lm.backend import SamplingParams
 from jaxmarl_llm.methods.vgepf.clip_model import load_vgepf_clip
 from jaxmarl_llm.methods.vgepf.config import VGEPFConfig
@@ -39,13 +40,7 @@ def vgepf_config(kwargs) -> VGEPFConfig:
 
 
 def require_football(env) -> None:
-    from envs.football import Football
-
-    if not isinstance(getattr(env, "env", env), Football):
-        raise ValueError(
-            f"the vgepf shaper renders football states; env {getattr(env.env, 'name', env)!r} "
-            "is not a football scenario (football:...)"
-        )
+    require(env, FootballMatch, needed_by="the vgepf shaper (it renders football states)")
 
 
 def selector_factory(

@@ -1,11 +1,12 @@
 """Event counts for xT from simulated football matches.
 
 No match event data ships with the project, so the counts come from our own env. The
-right team plays ``Football._scripted``; the left team's controlled players play the same
-scripted intent turned into GRF actions (``scripted_actions``), each replaced by a uniformly
-random action with probability ``epsilon``, so that play (and the grid's data) reaches more
-of the pitch than the scripted policy's single lane toward goal. The events of both teams
-(``events.step_events``) count in their attacking frames.
+right team plays the env's scripted policy; the left team's controlled players play the
+same scripted intent turned into GRF actions (``envs.football.scripted_actions``), each
+replaced by a uniformly random action with probability ``epsilon`` (``explored_actions``),
+so that play (and the grid's data) reaches more of the pitch than the scripted policy's
+single lane toward goal. The events of both teams (``events.step_events``) count in their
+attacking frames.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from envs.capabilities import ScriptedIntents, require
 from envs.football.env import (
-    DIRECTIONS,
     HIGH_PASS,
-    IDLE,
     KICK_HIGH,
     KICK_LONG,
     KICK_SHORT,
@@ -24,41 +24,23 @@ from envs.football.env import (
     LONG_PASS,
     NO_KICK,
     NUM_ACTIONS,
-    RELEASE_DIRECTION,
-    RELEASE_SPRINT,
     SHORT_PASS,
     SHOT,
-    SPRINT,
     Football,
     FootballState,
 )
+from envs.football.scripted_actions import scripted_actions
 from jaxmarl_llm.methods.xt.events import TALLY_NAMES, Pending, add_events, step_events
 from jaxmarl_llm.methods.xt.grid import NX, NY, XTCounts
 
-# scripted kick kind -> the action that kicks it
-_KICK_ACTION = jnp.array([IDLE, SHORT_PASS, LONG_PASS, HIGH_PASS, SHOT], jnp.int32)
 
-
-def scripted_actions(
+def explored_actions(
     env: Football, state: FootballState, key: jax.Array, epsilon: float = 0.0
 ) -> jax.Array:
-    """Actions ``[C]`` of the controlled players following the scripted intent.
-
-    One GRF action per step, by priority: the carrier's kick, then the sprint toggle,
-    then the move direction (the nearest of the 8; release when standing) when it differs
-    from the sticky one, else idle. With probability ``epsilon`` a uniformly random
-    action replaces it."""
-    ctrl = env.controlled
-    move, sprint, kick = env._scripted(state)
-    move, sprint, kick = move[ctrl], sprint[ctrl], kick[ctrl]
-    standing = (move**2).sum(-1) < 1e-6
-    # DIRECTIONS[1:] are the unit vectors of actions LEFT..BOTTOM_LEFT (1..8)
-    direction = jnp.where(standing, 0, 1 + jnp.argmax(move @ DIRECTIONS[1:].T, -1))
-    steer = jnp.where(direction == 0, RELEASE_DIRECTION, direction)
-    action = jnp.where(direction != state.sticky_dir[ctrl], steer, IDLE)
-    toggle = jnp.where(sprint, SPRINT, RELEASE_SPRINT)
-    action = jnp.where(sprint != state.sprint[ctrl], toggle, action)
-    action = jnp.where(kick != NO_KICK, _KICK_ACTION[kick], action)
+    """Actions ``[C]`` of the controlled players following the scripted intent
+    (``scripted_actions``), each replaced by a uniformly random action with probability
+    ``epsilon``."""
+    action = scripted_actions(env, state)
     k_mix, k_random = jax.random.split(key)
     explore = jax.random.uniform(k_mix, action.shape) < epsilon
     random = jax.random.randint(k_random, action.shape, 0, NUM_ACTIONS)
@@ -68,14 +50,15 @@ def scripted_actions(
 def kick_intent(env: Football, state: FootballState, actions: jax.Array) -> jax.Array:
     """Kick kind ``[22]`` each player tries this step: from ``actions`` [C] for the
     controlled players, the scripted intent for the others (as ``Football.step_env``)."""
-    scripted = env._scripted(state)[2]
+    intents = require(env, ScriptedIntents, needed_by="xT's event counts")
+    scripted = intents.scripted_intent(state)[2]
     kinds = jnp.select(
         [actions == SHORT_PASS, actions == LONG_PASS, actions == HIGH_PASS, actions == SHOT],
         [KICK_SHORT, KICK_LONG, KICK_HIGH, KICK_SHOT],
         NO_KICK,
     )
-    chosen = jnp.zeros((22,), jnp.int32).at[env.controlled].set(kinds)
-    return jnp.where(env.is_controlled, chosen, scripted)
+    chosen = jnp.zeros((22,), jnp.int32).at[intents.controlled].set(kinds)
+    return jnp.where(intents.is_controlled, chosen, scripted)
 
 
 def match_counts(
@@ -94,7 +77,7 @@ def match_counts(
 
     def one_env(k, pend, s):
         k_act, k_step = jax.random.split(k)
-        actions = scripted_actions(env, s, k_act, epsilon)
+        actions = explored_actions(env, s, k_act, epsilon)
         kick = kick_intent(env, s, actions)
         act = {a: actions[i] for i, a in enumerate(env.agents)}
         _, s2, _, _, _ = env.step_env(k_step, s, act)

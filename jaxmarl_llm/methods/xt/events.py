@@ -74,7 +74,7 @@ def step_events(
     ny: int = NY,
 ) -> tuple[Pending, StepEvents]:
     """Events of one step ``state -> next_state`` of one env; ``kick`` [22] is the
-    scripted kick intent at ``state`` (``Football._scripted(state)[2]``)."""
+    scripted kick intent at ``state`` (``Football.scripted_intent(state)[2]``)."""
     owner, n_owner = state.owner, next_state.owner
     has, n_has = owner >= 0, n_owner >= 0
     team = jnp.maximum(owner, 0) // 11

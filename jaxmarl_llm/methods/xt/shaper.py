@@ -24,7 +24,8 @@ from enum import Enum
 import jax
 import jax.numpy as jnp
 
-from envs.football import Football, FootballState
+from envs.capabilities import FootballMatch, require
+from envs.football import FootballState
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.methods.xt.events import team_zone
 from jaxmarl_llm.methods.xt.gridfile import load_grid
@@ -78,12 +79,10 @@ def xt_shaping(
 
 def xt_shaper(env, cfg: XTConfig, mode: CombineMode = CombineMode.add, coef: float = 1.0) -> Shaper:
     """The ``xt`` shaper for ``env`` (an ``ArrayEnv`` of a football scenario)."""
-    raw = getattr(env, "env", env)
-    if not isinstance(raw, Football):
-        raise ConfigError(
-            f"shaping.name=xt reads the football state; env {getattr(raw, 'name', raw)!r} "
-            "is not a football:* env"
-        )
+    try:
+        require(env, FootballMatch, needed_by="shaping.name=xt (it reads the ball's zone)")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     gamma, opponent = float(cfg.gamma), OpponentRule(cfg.opponent)
     return Shaper(
         apply=lambda grid, batch: xt_shaping(grid, batch, gamma, opponent),

@@ -72,9 +72,8 @@ from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO, Scenario
 
 from envs.capabilities import SceneDescriber, SmaxUnits, YoloTaskSet, provides
 from envs.registry import EnvSpec, register
-
-UNIT_TYPES = ("marine", "marauder", "stalker", "zealot", "zergling", "hydralisk")
-MARINE, MARAUDER, STALKER, ZEALOT, ZERGLING, HYDRALISK = range(6)
+from envs.smax_text import SmaxDescriber
+from envs.smax_unit_types import HYDRALISK, MARINE, STALKER, UNIT_TYPES, ZEALOT
 
 # Kwargs of JaxMARL's SMAX baselines; jaxmarl's defaults hold for everything else.
 BASELINE_KWARGS = {"see_enemy_actions": True, "walls_cause_death": True, "attack_mode": "closest"}
@@ -251,12 +250,6 @@ def _describe(name: str, sc: Scenario) -> str:
     )
 
 
-def _scene_describer(env):
-    from envs.smax_text import SmaxDescriber  # it reads this module's unit names
-
-    return SmaxDescriber(env)
-
-
 for _name, _sc in sorted(scenarios().items()):
     register(
         EnvSpec(
@@ -270,7 +263,7 @@ for _name, _sc in sorted(scenarios().items()):
             groups_fn=smax_groups,
             capabilities={
                 **provides(SmaxUnits, YoloTaskSet("smax")),
-                SceneDescriber: _scene_describer,
+                SceneDescriber: SmaxDescriber,
             },
         )
     )

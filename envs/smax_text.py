@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.smax import UNIT_TYPES
+from envs.smax_unit_types import UNIT_TYPES
 
 # SMAX's discrete ally actions: 4 moves (north, east, south, west), stop, then attacks.
 MOVES = ("move north", "move east", "move south", "move west", "stop")

@@ -9,7 +9,8 @@ from jaxmarl.environments.smax import HeuristicEnemySMAX
 from jaxmarl.environments.smax.smax_env import MAP_NAME_TO_SCENARIO
 
 import envs
-from envs.smax import MARINE, STALKER, ZEALOT, smax_won
+from envs.smax import smax_won
+from envs.smax_unit_types import MARINE, STALKER, ZEALOT
 
 # The map the conformance suite compiles; reusing its harness reuses its compilations.
 MAP = "smax:2s3z"

@@ -8,7 +8,8 @@ the two tasks subclass it and only add their layout, objects and task logic.
 Modules
     ``actions``: the action and facing constants.
     ``layout``: ASCII layouts, task objects (``GridObject``) and the distance tables.
-    ``dynamics``: ``GridState`` and ``GridWorld`` (transition, rewards, observations).
+    ``state``: ``GridState``.
+    ``dynamics``: ``GridWorld`` (transition, rewards, observations).
     ``policy``: the scripted policy (``greedy_actions``) over the distance tables.
     ``rendering``: ``render``, the RGB picture of a state.
     ``sampling``: hashed uniforms and agent placement for start and random states.
@@ -26,7 +27,7 @@ from envs.gridworld.actions import (
     STAY,
     UP,
 )
-from envs.gridworld.dynamics import GridState, GridWorld
+from envs.gridworld.dynamics import GridWorld
 from envs.gridworld.layout import (
     STAGE,
     UNREACHABLE,
@@ -36,6 +37,7 @@ from envs.gridworld.layout import (
     parse_layout,
 )
 from envs.gridworld.sampling import padded_cells, pick_two, uniforms
+from envs.gridworld.state import GridState
 
 __all__ = [
     "ACTION_NAMES",

@@ -54,7 +54,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 from jaxmarl.environments.spaces import Box, Discrete
 
@@ -62,14 +61,7 @@ from envs.gridworld.actions import DIR_XY, INTERACT, NUM_ACTIONS, RIGHT, STAY, U
 from envs.gridworld.layout import GridObject, distance_table, parse_layout
 from envs.gridworld.policy import GridPolicy
 from envs.gridworld.rendering import GridRendering
-
-
-@struct.dataclass
-class GridState:
-    pos: jax.Array  # [N] int32 flat cell y * width + x
-    facing: jax.Array  # [N] int32: 0 up, 1 down, 2 left, 3 right
-    flags: jax.Array  # [K + 1] bool: object flags, then "task completed"
-    step: jax.Array  # [] int32 steps taken in this episode
+from envs.gridworld.state import GridState
 
 
 class GridWorld(GridPolicy, GridRendering, MultiAgentEnv):

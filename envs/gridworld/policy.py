@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from envs.gridworld.actions import INTERACT, STAY
 from envs.gridworld.layout import UNREACHABLE
-
-if TYPE_CHECKING:
-    from envs.gridworld.dynamics import GridState
+from envs.gridworld.state import GridState
 
 
 class GridPolicy:

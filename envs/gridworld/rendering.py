@@ -7,16 +7,13 @@ construction; ``render`` composes them with the state in pure JAX, so it vmaps.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from envs.gridworld.actions import DIRECTIONS
-
-if TYPE_CHECKING:
-    from envs.gridworld.dynamics import GridState
+from envs.gridworld.state import GridState
 
 # Colours (RGB); agent 0 green and agent 1 orange as in the paper's Fig. 2.
 WALL_RGB = (110, 110, 110)

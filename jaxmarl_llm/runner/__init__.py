@@ -20,13 +20,14 @@ files; every process saves its shards of the checkpoints.
 
 The modules:
 
-    loop          run_experiment: set up, train chunk by chunk, write the summary
+    experiment    run_experiment: a run, then its comparisons; runs reused, resumed or
+                  started by folder
+    loop          train_in_chunks: set up, train chunk by chunk, write the summary
     resume        the run folder and config a run uses: new, resumed, or extended
     checkpoint    orbax checkpoints, restore with a shape check, load_trained
     records       metrics.csv, eval.csv, summary.json and wandb
     evaluation    the greedy evaluation between chunks
     feedback      online feedback rounds between chunks
-    comparisons   runs of ``compare_with`` and runs reused, resumed or started by folder
 """
 
 from jaxmarl_llm.runner.build import make_env
@@ -36,8 +37,13 @@ from jaxmarl_llm.runner.checkpoint import (
     load_trained,
     restore_checkpoint,
 )
-from jaxmarl_llm.runner.comparisons import finished_summary, run_comparisons, run_into
-from jaxmarl_llm.runner.loop import RunResult, run_experiment
+from jaxmarl_llm.runner.experiment import (
+    finished_summary,
+    run_comparisons,
+    run_experiment,
+    run_into,
+)
+from jaxmarl_llm.runner.loop import RunResult
 from jaxmarl_llm.runner.records import (
     PER_SEED_METRICS,
     MetricsWriter,

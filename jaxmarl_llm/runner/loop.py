@@ -1,4 +1,4 @@
-"""``run_experiment``: build a run from its config, train it chunk by chunk (each chunk
+"""``train_in_chunks``: build a run from its config, train it chunk by chunk (each chunk
 one jitted, seed-vmapped ``lax.scan`` of ``log_every`` updates, sharded over the run's
 device mesh), and between chunks log, evaluate, run feedback rounds and checkpoint on
 the host."""
@@ -22,12 +22,11 @@ from omegaconf import DictConfig
 from jaxmarl_llm.config import to_yaml
 from jaxmarl_llm.distributed import is_primary, primary_first, sync, write_text
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.learners import algo_spec, make_learner
+from jaxmarl_llm.learners import make_learner
 from jaxmarl_llm.learners.base import check_train_state
 from jaxmarl_llm.plotting import plot_run
 from jaxmarl_llm.runner.build import make_env, make_shaper_and_learner, seed_keys
 from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
-from jaxmarl_llm.runner.comparisons import run_comparisons
 from jaxmarl_llm.runner.evaluation import eval_due, eval_keys, seed_evaluate
 from jaxmarl_llm.runner.feedback import feedback_round
 from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh, to_host
@@ -40,7 +39,7 @@ from jaxmarl_llm.runner.records import (
     run_summary,
     write_summary,
 )
-from jaxmarl_llm.runner.resume import chunk_lengths, new_run_dir, resolve_resume
+from jaxmarl_llm.runner.resume import chunk_lengths, new_run_dir
 from jaxmarl_llm.shaping.feedback import (
     check_feedback,
     due_round,
@@ -171,24 +170,17 @@ class _Run:
         self.rounds_done = len(rounds_by_episodes(self.feedback, ended, self.chunk, total))
 
 
-def run_experiment(
+def train_in_chunks(
     cfg: DictConfig,
+    extended_from: int | None,
     on_chunk: Callable[[int, Any, list[dict]], None] | None = None,
 ) -> RunResult:
-    """Train ``cfg`` to completion (or continue ``cfg.resume``) and write the run folder.
+    """Train ``cfg`` (resolved by ``resolve_resume``; ``extended_from``: the budget it
+    extends) to completion and write the run folder.
 
     ``on_chunk(updates_done, state, rows)`` is called after each chunk is logged and
-    checkpointed (tests use it to interrupt a run).
+    checkpointed.
     """
-    spec = algo_spec(cfg.algo.name)
-    if spec.host_loop:
-        if jax.process_count() > 1:
-            raise ConfigError(
-                f"algo.name={cfg.algo.name} trains in its own loop on one process; this run "
-                f"has {jax.process_count()}"
-            )
-        return spec.load().run(cfg, on_chunk)
-    cfg, extended_from = resolve_resume(cfg)
     # a bad env kwarg stops the run before its folder is written (the algo block was
     # checked when the config was built)
     env = make_env(cfg)
@@ -358,8 +350,8 @@ def _save_unsaved(run: _Run, state, done: int) -> None:
 
 
 def _finish(run: _Run, done: int, timings: Timings) -> dict:
-    """Write summary.json and the curves, train the comparisons; the summary (on every
-    process, from the primary's metrics.csv)."""
+    """Write summary.json and the curves; the summary (on every process, from the
+    primary's metrics.csv)."""
     cfg, run_dir = run.cfg, run.run_dir
     sync("run trained")
     summary = run_summary(cfg, run_dir, done * run.steps_per_update, timings)
@@ -369,9 +361,6 @@ def _finish(run: _Run, done: int, timings: Timings) -> dict:
         plot_run(run_dir)
         if "final_win_rate_mean" in summary:
             plot_run(run_dir, "win_rate", "win_curve.png")
-    if cfg.compare_with:
-        summary["compare"] = run_comparisons(cfg, run_dir)
-        write_summary(run_dir, summary)
     return summary
 
 

@@ -789,7 +789,7 @@ def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyMode
     it); ``model`` replaces ``algo.model``'s."""
     from jaxmarl_llm.plotting import plot_run
     from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
-    from jaxmarl_llm.runner.comparisons import run_comparisons
+    from jaxmarl_llm.runner.experiment import run_comparisons
     from jaxmarl_llm.runner.loop import RunResult
     from jaxmarl_llm.runner.records import RunLog, Timings, metric_rows, run_summary, write_summary
     from jaxmarl_llm.runner.resume import new_run_dir, resolve_resume

@@ -1,26 +1,59 @@
-"""Runs by folder: reuse a finished run, resume a stopped one, else start it; a run's
-``compare_with`` baselines trained that way with its seeds and budget."""
+"""``run_experiment``: a run and then its ``compare_with`` baselines, trained with its
+seeds and budget; runs by folder (``run_into``): reuse a finished run, resume a stopped
+one, else start it. A run's comparisons are runs, so the three call each other."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import jax
 from omegaconf import DictConfig
 
+from jaxmarl_llm.config import load_config
 from jaxmarl_llm.distributed import is_primary
+from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.learners import algo_spec
 from jaxmarl_llm.plotting import plot_runs
-from jaxmarl_llm.runner.resume import load_run_config
+from jaxmarl_llm.runner.loop import RunResult, train_in_chunks
+from jaxmarl_llm.runner.records import write_summary
+from jaxmarl_llm.runner.resume import load_run_config, resolve_resume
 
 log = logging.getLogger(__name__)
+
+
+def run_experiment(
+    cfg: DictConfig,
+    on_chunk: Callable[[int, Any, list[dict]], None] | None = None,
+) -> RunResult:
+    """Train ``cfg`` to completion (or continue ``cfg.resume``), write the run folder and
+    train its comparisons (a learner with its own host loop trains them itself).
+
+    ``on_chunk(updates_done, state, rows)`` is called after each chunk is logged and
+    checkpointed (tests use it to interrupt a run).
+    """
+    spec = algo_spec(cfg.algo.name)
+    if spec.host_loop:
+        if jax.process_count() > 1:
+            raise ConfigError(
+                f"algo.name={cfg.algo.name} trains in its own loop on one process; this run "
+                f"has {jax.process_count()}"
+            )
+        return spec.load().run(cfg, on_chunk)
+    cfg, extended_from = resolve_resume(cfg)
+    result = train_in_chunks(cfg, extended_from, on_chunk)
+    if cfg.compare_with:
+        result.summary["compare"] = run_comparisons(cfg, result.run_dir)
+        write_summary(result.run_dir, result.summary)
+    return result
 
 
 def finished_summary(config: str, overrides: list[str], out: Path) -> dict | None:
     """The summary of the run in ``out`` if it finished ``config`` with ``overrides``'
     budget (or a larger one), else None."""
-    from jaxmarl_llm.config import load_config
-
     out = Path(out)
     if not (out / "summary.json").exists():
         return None
@@ -34,11 +67,6 @@ def run_into(config: str, overrides: list[str], out: Path, note: str | None = No
     """Run ``config`` (a name or YAML path) with ``overrides`` into ``out`` and return its
     summary: a finished run there is reused, a killed one resumed, else it starts.
     ``note`` is logged where a run trains."""
-    from jaxmarl_llm.config import load_config
-
-    # the loop imports this module (a run trains its comparisons once it is done)
-    from jaxmarl_llm.runner.loop import run_experiment
-
     out = Path(out)
     if (summary := finished_summary(config, overrides, out)) is not None:
         return summary

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .builder import Builder
 from .config import CLIPConfig, CLIPWeightsError
 from .model import Params
-from .weights import Builder
 
 
 def is_openai(tensors) -> bool:

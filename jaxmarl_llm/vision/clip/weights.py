@@ -1,6 +1,6 @@
 """CLIP weights from a Hugging Face ``CLIPModel`` checkpoint directory (OpenAI-layout
-state dicts, e.g. RN50, are mapped in :mod:`.openai` with the same :class:`Builder`), and
-back: :func:`params_to_hf`, :func:`config_to_hf` and :func:`save_clip` write a directory
+state dicts, e.g. RN50, are mapped in :mod:`.openai`; both fill a :class:`.builder.Builder`),
+and back: :func:`params_to_hf`, :func:`config_to_hf` and :func:`save_clip` write a directory
 that :func:`load_clip` (and transformers' ``CLIPModel``) reads.
 
 The directory holds ``config.json`` and ``model.safetensors`` (or ``pytorch_model.bin``,
@@ -22,10 +22,12 @@ import pathlib
 from collections.abc import Callable
 
 import numpy as np
-from flax.traverse_util import flatten_dict, unflatten_dict
+from flax.traverse_util import flatten_dict
 
+from .builder import Builder, flat_shapes
 from .config import CLIPConfig, CLIPWeightsError
 from .model import Params, param_shapes
+from .openai import config_from_openai, is_openai, params_from_openai
 from .tokenizer import CLIPTokenizer
 
 WEIGHTS_HINT = (
@@ -95,59 +97,6 @@ _TOP: dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]] = {
 }
 
 
-def _flat_shapes(tree: Params, prefix: str = "") -> dict[str, tuple[int, ...]]:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat_shapes(v, f"{prefix}{k}/"))
-        else:
-            out[f"{prefix}{k}"] = tuple(v.shape)
-    return out
-
-
-class Builder:
-    """Collects converted tensors under our flat ``a/b/c`` names, checking each shape."""
-
-    def __init__(self, cfg: CLIPConfig, tensors: dict[str, np.ndarray]):
-        self.expect = _flat_shapes(param_shapes(cfg))
-        self.tensors = tensors
-        self.out: dict[str, np.ndarray] = {}
-        self.used: set[str] = set()
-
-    def _get(self, src: str, dst: str, conv, want: tuple[int, ...]) -> np.ndarray:
-        if src not in self.tensors:
-            raise CLIPWeightsError(f"CLIP checkpoint lacks tensor {src!r}")
-        a = np.asarray(self.tensors[src], np.float32)
-        a = conv(a) if conv is not None else a
-        if a.shape != want:
-            raise CLIPWeightsError(
-                f"CLIP tensor {src!r} has shape {a.shape} after conversion to {dst!r}, "
-                f"but the config implies {want}"
-            )
-        self.used.add(src)
-        return a
-
-    def put(self, dst: str, src: str, conv=None) -> None:
-        self.out[dst] = self._get(src, dst, conv, self.expect[dst])
-
-    def stack(self, dst: str, srcs: list[str], conv=None) -> None:
-        """Per-layer tensors ``srcs`` stacked on a leading layer axis (for ``nn.scan``)."""
-        arrs = [self._get(s, dst, conv, self.expect[dst][1:]) for s in srcs]
-        self.out[dst] = np.ascontiguousarray(np.stack(arrs))
-
-    def finish(self, ignore: tuple[str, ...] = ()) -> Params:
-        unset = sorted(set(self.expect) - set(self.out))
-        if unset:  # a mapping bug, not a user error
-            raise AssertionError(f"CLIP parameters left unset: {unset}")
-        unknown = sorted(k for k in self.tensors if k not in self.used and not k.endswith(ignore))
-        if unknown:
-            raise CLIPWeightsError(
-                "CLIP checkpoint has tensors the config does not use (a config with fewer "
-                f"layers or another architecture?): {unknown[:5]}"
-            )
-        return unflatten_dict(self.out, sep="/")
-
-
 def params_from_hf(cfg: CLIPConfig, tensors: dict[str, np.ndarray]) -> Params:
     """HF ``CLIPModel`` state dict (numpy) -> our parameter tree, shape-checked against ``cfg``."""
     if cfg.vision_kind != "vit":
@@ -168,7 +117,7 @@ def params_to_hf(cfg: CLIPConfig, params: Params) -> dict[str, np.ndarray]:
     if cfg.vision_kind != "vit":
         raise ValueError("Hugging Face CLIP checkpoints hold ViT models only")
     flat = {"/".join(k): np.asarray(v, np.float32) for k, v in flatten_dict(params).items()}
-    expect = _flat_shapes(param_shapes(cfg))
+    expect = flat_shapes(param_shapes(cfg))
     if {k: v.shape for k, v in flat.items()} != expect:
         raise ValueError("params do not match the parameter tree of cfg (init_params(cfg, ...))")
     out = {src: _INVERSE[conv](flat[dst]) for src, (dst, conv) in _TOP.items()}
@@ -301,8 +250,6 @@ def load_clip(path: str | os.PathLike, config: CLIPConfig | None = None) -> Load
     ``.pt`` with torch) whose hyperparameters are inferred from its shapes unless
     ``config`` is given. The tokenizer is read from the directory (or the file's).
     """
-    from .openai import config_from_openai, is_openai, params_from_openai
-
     target = pathlib.Path(path).expanduser()
     if not target.exists():
         raise CLIPWeightsError(f"CLIP weights path not found: {target}; {WEIGHTS_HINT}")

@@ -109,7 +109,7 @@ def test_shaper_params_live_in_train_state():
 def test_feedback_rounds_fall_after_every_interval_and_never_at_the_end():
     from types import SimpleNamespace
 
-    from jaxmarl_llm.shaping.feedback import due_round
+    from jaxmarl_llm.runner.feedback import due_round
 
     fb = SimpleNamespace(every=4, rounds=2, collect_steps=1)
     due = {u: due_round(fb, u, total_updates=20) for u in range(21)}
@@ -124,7 +124,7 @@ def test_feedback_rounds_fall_after_every_interval_and_never_at_the_end():
 def test_feedback_rounds_by_episodes_fall_at_the_first_chunk_end_past_each_mark():
     from types import SimpleNamespace
 
-    from jaxmarl_llm.shaping.feedback import due_round, rounds_by_episodes
+    from jaxmarl_llm.runner.feedback import due_round, rounds_by_episodes
 
     fb = SimpleNamespace(every=None, every_episodes=25, rounds=3, collect_steps=1)
     # 10 episodes an update: 25, 50, 75 are passed after updates 3, 5, 8

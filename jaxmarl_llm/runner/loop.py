@@ -5,7 +5,6 @@ the host."""
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import time
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from omegaconf import DictConfig
 
@@ -28,7 +26,7 @@ from jaxmarl_llm.plotting import plot_run
 from jaxmarl_llm.runner.build import make_env, make_shaper_and_learner, seed_keys
 from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
 from jaxmarl_llm.runner.evaluation import eval_due, eval_keys, seed_evaluate
-from jaxmarl_llm.runner.feedback import feedback_round
+from jaxmarl_llm.runner.feedback import FeedbackRounds, check_feedback
 from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh, to_host
 from jaxmarl_llm.runner.records import (
     RunLog,
@@ -40,12 +38,6 @@ from jaxmarl_llm.runner.records import (
     write_summary,
 )
 from jaxmarl_llm.runner.resume import chunk_lengths, new_run_dir
-from jaxmarl_llm.shaping.feedback import (
-    check_feedback,
-    due_round,
-    every_episodes,
-    rounds_by_episodes,
-)
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +58,10 @@ class _Run:
     run_dir: Path
     learner: Any
     sharded: ShardedLearner  # the learner's functions on the run's mesh
-    feedback: Any  # the shaper's online feedback, or None
-    collect: Callable | None  # seed-vmapped ``learner.collect`` where feedback has rounds
     evaluate: Callable | None  # seed-vmapped greedy evaluation where ``eval.every`` > 0
+    rounds: FeedbackRounds = field(init=False)  # the shaper's online feedback schedule
     mgr: ocp.CheckpointManager | None = None
     chunk_fns: dict[int, Any] = field(default_factory=dict)
-    # where feedback rounds come by episodes: training episodes ended so far (mean over
-    # seeds) and the rounds held
-    episodes_done: float = 0.0
-    rounds_done: int = 0
 
     @property
     def steps_per_update(self) -> int:
@@ -108,67 +95,6 @@ class _Run:
     def checkpoint(self, done_updates: int, state) -> None:
         save_checkpoint(self.mgr, done_updates, state)
 
-    def after_chunk(self, state, done_updates: int, metrics: dict):
-        """``state`` with the shaper parameters the feedback's ``after_chunk`` hook sets
-        from the chunk's metrics, where it has one."""
-        after_chunk = getattr(self.feedback, "after_chunk", None)
-        if after_chunk is None:
-            return state
-        params = after_chunk(done_updates, state.shaper_params, metrics)
-        return self.place(state.replace(shaper_params=params))
-
-    def count_episodes(self, metrics: dict) -> None:
-        """Add the chunk's ended training episodes (``metrics`` leaves ``[seeds, n]``)
-        where rounds come by episodes."""
-        if every_episodes(self.feedback) is None:
-            return
-        if "episodes" not in metrics:
-            raise ValueError(
-                "feedback by episodes needs the learner's 'episodes' metric; "
-                f"{self.cfg.algo.name} does not log it"
-            )
-        self.episodes_done += float(np.asarray(metrics["episodes"], np.float64).sum(1).mean())
-
-    def due_round(self, done_updates: int) -> int | None:
-        return due_round(
-            self.feedback, done_updates, self.total_updates, self.episodes_done, self.rounds_done
-        )
-
-    def due_feedback_round(self, state, done_updates: int, timings: Timings):
-        """``state`` after the feedback round due at ``done_updates``, if one is."""
-        round_index = self.due_round(done_updates)
-        if round_index is None:
-            return state
-        t1 = time.perf_counter()
-        note = None
-        if every_episodes(self.feedback) is not None:
-            note = {"update": done_updates, "episodes_done": self.episodes_done}
-        state = feedback_round(
-            self.cfg, self.feedback, self.collect, state, round_index, self.run_dir, note
-        )
-        state = self.place(state)
-        self.rounds_done = round_index + 1
-        timings.feedback_s += time.perf_counter() - t1
-        return state
-
-    def replay_episodes(self, done_updates: int, budget_ended: bool) -> None:
-        """A resumed run's episode count and rounds held by episodes, from ``metrics.csv``
-        up to its checkpoint (``budget_ended``: where an extended run's first budget
-        ended, which held no round)."""
-        if every_episodes(self.feedback) is None or done_updates == 0:
-            return
-        with (self.run_dir / "metrics.csv").open() as f:
-            rows = [r for r in csv.DictReader(f) if int(r["update"]) <= done_updates]
-        ended = [float(r["episodes"]) for r in rows]
-        if len(ended) != done_updates:
-            raise ValueError(
-                f"resuming rounds by episodes needs metrics.csv's {done_updates} rows up to the "
-                f"checkpoint; {self.run_dir / 'metrics.csv'} has {len(ended)}"
-            )
-        self.episodes_done = sum(ended)
-        total = done_updates if budget_ended else self.total_updates
-        self.rounds_done = len(rounds_by_episodes(self.feedback, ended, self.chunk, total))
-
 
 def train_in_chunks(
     cfg: DictConfig,
@@ -197,14 +123,14 @@ def train_in_chunks(
         for n in chunk_lengths(done, run.total_updates, run.chunk):
             state, metrics, rows = _train_chunk(run, state, done, n, timings)
             done += n
-            run.count_episodes(metrics)
+            run.rounds.count_episodes(metrics)
             records.train(rows)
             row = _evaluate(run, state, done, timings)
             if row is not None:
                 records.eval(row)
             bar.update(n, rows, row)
-            state = run.due_feedback_round(state, done, timings)
-            state = run.after_chunk(state, done, metrics)
+            state = run.rounds.hold_due(state, done, timings)
+            state = run.rounds.after_chunk(state, done, metrics)
             if run.checkpoint_due(done):
                 run.checkpoint(done, state)
             if on_chunk is not None:
@@ -240,8 +166,11 @@ def _build(cfg: DictConfig, env, run_dir: Path) -> _Run:
     if feedback is not None and feedback.rounds:
         check_feedback(feedback, int(cfg.log_every), cfg.algo.name, int(cfg.algo.num_envs))
         collect = sharded.collect()
-    evaluate = seed_evaluate(cfg, env, learner)
-    return _Run(cfg, run_dir, learner, sharded, feedback, collect, evaluate)
+    run = _Run(cfg, run_dir, learner, sharded, seed_evaluate(cfg, env, learner))
+    run.rounds = FeedbackRounds(
+        cfg, run_dir, feedback, collect, run.place, run.total_updates, run.chunk
+    )
+    return run
 
 
 MESH_FILE = "mesh.json"
@@ -288,7 +217,7 @@ def _start(run: _Run, extended_from: int | None) -> tuple[Any, int, float]:
     if cfg.resume:
         state, done = restore_latest(run.mgr, state, run.run_dir)
         ended = extended_from is not None and done == extended_from // run.steps_per_update
-        run.replay_episodes(done, ended)
+        run.rounds.replay_episodes(done, ended)
         if extended_from is not None:
             write_text(run.run_dir / "config.yaml", to_yaml(cfg))
             # the run is unfinished again: a kill from here on must not leave the shorter
@@ -306,9 +235,9 @@ def _catch_up_round(run: _Run, state, done: int, timings: Timings):
     """An extended run resumed at its old budget's end: the feedback round due there was
     skipped as the run ended, so it runs now, and the checkpoint there (which predates
     it) is replaced, so that a kill before the next one resumes with the round held."""
-    if run.due_round(done) is None:
+    if run.rounds.due(done) is None:
         return state
-    state = run.due_feedback_round(state, done, timings)
+    state = run.rounds.hold_due(state, done, timings)
     run.mgr.delete(done)
     run.checkpoint(done, state)
     return state

@@ -17,8 +17,8 @@ from jaxmarl_llm.learners.mixers import VDNMixer
 from jaxmarl_llm.learners.ppo import PPO
 from jaxmarl_llm.learners.qlearning import QLearning
 from jaxmarl_llm.runner import extend_budget, run_experiment
+from jaxmarl_llm.runner.feedback import check_feedback
 from jaxmarl_llm.shaping import identity_shaper
-from jaxmarl_llm.shaping.feedback import check_feedback
 
 
 @pytest.fixture

@@ -353,7 +353,12 @@ def _feedback_summary(run_dir: Path) -> dict:
 
 
 def run_figure(
-    figure: str, maps: list[str], overrides: list[str], quiet: bool, only: str | None = None
+    figure: str,
+    maps: list[str],
+    overrides: list[str],
+    quiet: bool,
+    only: str | None = None,
+    report: bool = False,
 ) -> list[dict]:
     from jaxmarl_llm.plotting import plot_runs
     from jaxmarl_llm.runner import finished_summary, run_into
@@ -365,7 +370,7 @@ def run_figure(
         for label, config, extra in variants:
             out = ROOT / "runs" / "dpm" / figure / smax_map / _slug(label)
             common = ["compare_with=[]", f"progress={not quiet}", *extra, *overrides]
-            if only and only.lower() not in label.lower():
+            if report or (only and only.lower() not in label.lower()):
                 if finished_summary(config, common, out) is None:
                     continue  # --only: run just the matching variants, report the finished ones
             note = f"[{figure}/{smax_map}] {label}: {config} {' '.join(extra)}"
@@ -402,14 +407,18 @@ def run_figure(
                 "feedback.json",
                 "eval.csv",
                 "dpm/fade_starts.json",  # fade.after_win: when each seed's fade began
+                "intrinsic_check.jsonl",  # dpm_intrinsic_check.py's output, where it was run
             ):
                 if (out / name).exists():
                     shutil.copy(out / name, dest / Path(name).name)
         every_run = len(dirs) == len(variants)
         # a figure with runs missing here (--only on a fresh checkout) gets its own file, so
         # the committed figure with every curve is kept
-        plot = f"{figure}_{smax_map}" + ("" if every_run else f"_{_slug(only or 'partial')}")
-        if only and not every_run:  # the table reports every finished run; the plot, --only's
+        partial = "finished" if report else only or "partial"
+        plot = f"{figure}_{smax_map}" + ("" if every_run else f"_{_slug(partial)}")
+        if (
+            only and not report and not every_run
+        ):  # the table reports every finished run; the plot, --only's
             dirs = {k: v for k, v in dirs.items() if only.lower() in k.lower()} or dirs
         plot_runs(
             dirs, RESULTS / f"{plot}.png", title=f"DPM {figure}: smax:{smax_map}", metric="win_rate"
@@ -499,13 +508,16 @@ def main(argv=None) -> int:
     p.add_argument("--maps", nargs="+", default=None, help="SMAX maps (default: 3m; subset: 8m)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--only", default=None, help="run only the variants whose label has this text")
+    p.add_argument(
+        "--report", action="store_true", help="train nothing: tabulate and plot the finished runs"
+    )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_intermixed_args(argv)  # overrides may follow --only etc.
     # run_into names each run it trains at INFO on the jaxmarl_llm logger
     logging.basicConfig(format="%(message)s", stream=sys.stdout)
     logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
     maps = args.maps or (["8m"] if args.figure == "subset" else ["3m"])
-    run_figure(args.figure, maps, args.overrides, args.quiet, args.only)
+    run_figure(args.figure, maps, args.overrides, args.quiet, args.only, args.report)
     return 0
 
 

@@ -1039,3 +1039,49 @@ def test_episode_queries_compare_whole_episodes_of_the_play():
             last = jax.tree.map(lambda x, t=t, n=n, e=e: x[0, t + n - 1, e], batch.next_state)
             value = segment_value(aenv, first, last, cfg.enemy_damage_weight)
             assert float(query["values"][i, j]) == pytest.approx(float(value), abs=1e-6)
+
+
+def test_whole_episode_segments_are_cut_to_the_longest_labelled_one_with_the_same_loss():
+    """The refit trains on segments cut to the longest one (rounded up to 16 steps): the
+    steps cut are masked everywhere, so every member's loss is the one of the padded data;
+    full windows are left as they are."""
+    from jaxmarl_llm.methods.dpm.online import _crop_segments
+    from jaxmarl_llm.preferences import AgentRankingDataset, SegmentPairDataset
+    from jaxmarl_llm.preferences.train import ensemble_loss
+
+    rows, t, n, d = 6, 101, 2, 5
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(3), 3)
+    steps = jnp.arange(t)[None, :, None]
+    len_a = jnp.array([3, 17, 9, 20, 1, 12])[:, None, None]
+    len_b = jnp.array([5, 2, 19, 4, 8, 7])[:, None, None]
+    mask_a = jnp.broadcast_to(steps < len_a, (rows, t, n))
+    mask_b = jnp.broadcast_to(steps < len_b, (rows, t, n))
+    seg = SegmentPairDataset(
+        jax.random.normal(k1, (rows, t, n, d)),
+        jax.random.normal(k2, (rows, t, n, d)),
+        mask_a,
+        mask_b,
+        jnp.array([1.0, 0.0, 0.5, 1.0, 0.0, 1.0]),
+        jnp.ones(rows),
+        jnp.array([True] * 5 + [False]),
+    )
+    ranks = AgentRankingDataset(
+        jax.random.normal(k3, (rows, n, d)),
+        jnp.full((rows, n, n), 0.5),
+        jnp.broadcast_to(~jnp.eye(n, dtype=bool), (rows, n, n)),
+        jnp.ones(rows),
+        jnp.ones(rows, bool),
+    )
+    seeds = lambda tree: jax.tree.map(lambda x: x[None], tree)  # the refit's seed axis
+    data = {"trajectory": seeds(seg), "agent": seeds(ranks)}
+    cut = _crop_segments(data)
+    assert cut["trajectory"].features_a.shape == (1, rows, 32, n, d)  # 20 steps -> 32
+    assert cut["agent"] is data["agent"]
+    model = RewardModel(hidden=(8,), ensemble_size=3)
+    params = model.init(jax.random.PRNGKey(0), d)
+    one = lambda tree: jax.tree.map(lambda x: x[0], tree)
+    full = ensemble_loss(model, params, (one(data["trajectory"]), one(data["agent"])))
+    short = ensemble_loss(model, params, (one(cut["trajectory"]), one(cut["agent"])))
+    np.testing.assert_allclose(short, full, rtol=1e-6)
+    windows = {"trajectory": seeds(seg.replace(mask_a=jnp.ones_like(mask_a)))}
+    assert _crop_segments(windows) is windows

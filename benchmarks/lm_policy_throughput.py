@@ -3,10 +3,11 @@
     python benchmarks/lm_policy_throughput.py --json
     python benchmarks/lm_policy_throughput.py --scratch --json   # also time the baseline
 
-The decoder is the project's Gemma 3 Flax model with random float32 weights in
-SmolLM2-135M's shapes (``--shape smollm2``: vocab 49152, d_model 576, 30 layers, 9 query
-heads and 3 KV heads of 64, MLP 1536); the llama-family model has the same parameter
-count and matmul shapes (it lacks Gemma's extra norms). ``--shape tiny`` is for tests.
+The decoder is the project's decoder in Gemma 3's configuration with random float32
+weights in SmolLM2-135M's shapes (``--shape smollm2``: vocab 49152, d_model 576, 30 layers,
+9 query heads and 3 KV heads of 64, MLP 1536); SmolLM2's own (llama)
+configuration has the same parameter count and matmul shapes (it lacks Gemma's extra
+norms). ``--shape tiny`` is for tests.
 
 Timed: one jitted ``action_log_probs`` (merge the LoRA adapter, prefill ``N`` prompts of
 ``T`` tokens, score ``K`` candidates of ``C`` tokens against the tiled cache), best of
@@ -31,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxmarl_llm.lm.gemma.model import Gemma3, init_cache
-from jaxmarl_llm.lm.gemma.weights import GemmaConfig
+from jaxmarl_llm.lm.decoder import Decoder, init_cache
+from jaxmarl_llm.lm.gemma import GemmaConfig
 from jaxmarl_llm.lm.lora import (
     init_lora,
     merge_lora,
@@ -64,8 +65,8 @@ SHAPES = {
         context_length=8192,
         rope_global_base=100_000.0,
         query_pre_attn_scalar=64.0,
-    ),
-    "tiny": tiny_gemma_config(vocab_size=128, context_length=256, sliding_window=512),
+    ).decoder,
+    "tiny": tiny_gemma_config(vocab_size=128, context_length=256, sliding_window=512).decoder,
 }
 
 
@@ -113,7 +114,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
 
     cfg = SHAPES[args.shape]
-    lm = DecoderLM(Gemma3(cfg), init_cache)
+    lm = DecoderLM(Decoder(cfg), init_cache)
     n, t, k, c = args.prompts, args.prompt_tokens, args.actions, args.action_tokens
     rng = np.random.default_rng(0)
 

@@ -33,16 +33,15 @@ sys.path.insert(0, str(ROOT))
 
 def load_model(name: str):
     """(DecoderLM, base params, tokenizer, model description) of a local GGUF model."""
+    from jaxmarl_llm.lm.decoder import init_cache
     from jaxmarl_llm.methods.verco.policy import DecoderLM
 
     if name == "smollm2":
         from jaxmarl_llm.lm.llama.backend import LlamaBackend
-        from jaxmarl_llm.lm.llama.model import init_cache
 
         backend = LlamaBackend(None, chat=False)
     elif name == "gemma":
         from jaxmarl_llm.lm.gemma import GemmaBackend
-        from jaxmarl_llm.lm.gemma.model import init_cache
 
         backend = GemmaBackend()
     else:

@@ -1,9 +1,9 @@
-"""``LocalBackend``: a GGUF language model served by our JAX model, for any model family
+"""``LocalBackend``: a GGUF language model served by our JAX decoder, for any model family
 (Gemma 3: :mod:`jaxmarl_llm.lm.gemma`; Llama / SmolLM2 / Qwen2: :mod:`jaxmarl_llm.lm.llama`).
 
-A :class:`ModelFamily` says how to load a family's weights and tokenizer and which Flax
-module runs them; every family's module has the same calling convention
-(``module(tokens, positions, valid, cache, return_hidden)``, ``module.logits(hidden)``).
+A :class:`~jaxmarl_llm.lm.gguf.GGUFFamily` says how to load a family's weights and
+tokenizer; its config's ``decoder`` configures the :class:`~jaxmarl_llm.lm.decoder.Decoder`
+that runs them.
 
 Shapes are bucketed so jit compiles a handful of programs, not one per prompt: batch
 sizes and prompt lengths are rounded up to powers of two (at least ``min_seq``), and
@@ -21,18 +21,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import functools
 import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from .backend import Backend, BackendError, Completion, Request
-from .gemma.weights import cache_lock, unflatten
+from .decoder import Decoder, init_cache
+from .gguf import GGUFFamily, cache_lock, load_weights, unflatten
 
 # XLA's default CPU/GPU backend optimisation level (LLVM -O3)
 FULL_OPTIMISATION = {"xla_backend_optimization_level": 3}
@@ -42,30 +41,11 @@ def _next_pow2(n: int, lo: int = 1) -> int:
     return max(lo, 1 << max(0, math.ceil(math.log2(max(n, 1)))))
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelFamily:
-    """What :class:`LocalBackend` needs to know about a family of GGUF models.
-
-    ``load_weights(path, use_cache=)`` returns an object with ``config``, ``arrays`` (flat
-    ``"a/b"`` float32 arrays), ``gguf_path``, ``from_cache``, ``sha256`` and ``reader``;
-    ``tokenizer(loaded)`` builds the tokenizer (``encode_batch``, ``decode``, ``eos_id``
-    through the config, ``end_of_turn_id``); ``module(config)`` is the Flax model and
-    ``init_cache(config, batch, length)`` its empty KV cache.
-    """
-
-    name: str
-    load_weights: Callable[..., Any]
-    tokenizer: Callable[[Any], Any]
-    module: Callable[[Any], Any]
-    init_cache: Callable[[Any, int, int], Any]
-    error: type[Exception] = BackendError
-
-
 class LocalBackend(Backend):
     """A local GGUF model: batched ``generate`` and ``score`` on CPU/GPU via JAX.
 
     Args:
-      family: the model family (weights, tokenizer, module).
+      family: the model family (config, weights, tokenizer).
       gguf_path: the GGUF file (default: the family's packaged file).
       max_batch: most rows per forward pass (larger request lists are split).
       min_seq: smallest padded prompt length.
@@ -75,7 +55,7 @@ class LocalBackend(Backend):
 
     def __init__(
         self,
-        family: ModelFamily,
+        family: GGUFFamily,
         gguf_path: str | os.PathLike | None = None,
         *,
         max_batch: int = 32,
@@ -92,7 +72,7 @@ class LocalBackend(Backend):
         self.family = family
         t0 = time.perf_counter()
         with cache_lock() if use_cache else contextlib.nullcontext():
-            w = family.load_weights(gguf_path, use_cache=use_cache)
+            w = load_weights(family, gguf_path, use_cache=use_cache)
             self.tokenizer = family.tokenizer(w)
         self.config = w.config
         self.gguf_path = w.gguf_path
@@ -104,7 +84,7 @@ class LocalBackend(Backend):
         self.max_batch = _next_pow2(max_batch)
         self.min_seq = _next_pow2(min_seq)
         self.decode_chunk = decode_chunk
-        self._module = family.module(self.config)
+        self._module = Decoder(self.config.decoder)
         self._stop_ids = {self.config.eos_id}
         if self.tokenizer.end_of_turn_id is not None:
             self._stop_ids.add(self.tokenizer.end_of_turn_id)
@@ -228,7 +208,7 @@ class LocalBackend(Backend):
     # ----- helpers ----------------------------------------------------------------------
 
     def _cache(self, batch: int, length: int):
-        return self.family.init_cache(self.config, batch, length)
+        return init_cache(self._module.cfg, batch, length)
 
     def _seq_bucket(self, n: int) -> int:
         return min(_next_pow2(n, self.min_seq), self.config.context_length)
@@ -494,4 +474,4 @@ class LocalBackend(Backend):
         self.params = None
 
 
-__all__ = ["FULL_OPTIMISATION", "LocalBackend", "ModelFamily"]
+__all__ = ["FULL_OPTIMISATION", "LocalBackend"]

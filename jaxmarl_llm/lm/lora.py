@@ -1,9 +1,9 @@
 """LoRA adapters kept as their own pytree over a frozen decoder's parameters.
 
-A decoder following the project's convention (:class:`jaxmarl_llm.lm.gemma.model.Gemma3`
-and the llama-family model) stores its attention projections as layer-stacked Dense
-kernels ``params["layers"]["attn"][name]["kernel"]`` of shape ``[L, d_in, d_out]``. An
-adapter holds, per targeted projection, ``a: [L, d_in, r]`` and ``b: [L, r, d_out]``;
+The project's decoder (:class:`jaxmarl_llm.lm.decoder.Decoder`, every model family) stores
+its attention projections as layer-stacked Dense kernels
+``params["layers"]["attn"][name]["kernel"]`` of shape ``[L, d_in, d_out]``. An adapter
+holds, per targeted projection, ``a: [L, d_in, r]`` and ``b: [L, r, d_out]``;
 :func:`merge_lora` returns the parameters with ``W + (alpha / r) a @ b``, so one model
 serves any number of adapter sets (Verco's message and action adapters share one base).
 

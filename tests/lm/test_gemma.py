@@ -164,7 +164,7 @@ def test_tokenizer_is_built_from_an_already_parsed_gguf(tmp_path, monkeypatch):
     import gguf
 
     from jaxmarl_llm.lm.gemma import tokenizer as tok_mod
-    from jaxmarl_llm.lm.gemma.weights import open_gguf
+    from jaxmarl_llm.lm.gguf import open_gguf
 
     pieces = ["<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "\u2581", "\u2581ab"]
     types = [tok_mod.CONTROL] * 3 + [tok_mod.UNKNOWN] + [tok_mod.NORMAL] * 5

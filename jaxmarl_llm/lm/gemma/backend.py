@@ -9,32 +9,9 @@ from __future__ import annotations
 
 import os
 
-from ..local_backend import LocalBackend, ModelFamily
-from .weights import INSTALL_HINT, GemmaWeightsError, load_weights
-
-
-def _tokenizer(w):
-    from .tokenizer import GemmaTokenizer
-
-    cfg = w.config
-    return GemmaTokenizer.from_gguf(
-        w.gguf_path, bos_id=cfg.bos_id, eos_id=cfg.eos_id, pad_id=cfg.pad_id, reader=w.reader
-    )
-
-
-def _module(cfg):
-    from .model import Gemma3
-
-    return Gemma3(cfg)
-
-
-def _init_cache(cfg, batch, length):
-    from .model import init_cache
-
-    return init_cache(cfg, batch, length)
-
-
-GEMMA3 = ModelFamily("gemma", load_weights, _tokenizer, _module, _init_cache, GemmaWeightsError)
+from ..local_backend import LocalBackend
+from .config import INSTALL_HINT, GemmaWeightsError
+from .weights import GEMMA3
 
 
 class GemmaBackend(LocalBackend):

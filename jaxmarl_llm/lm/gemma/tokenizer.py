@@ -22,22 +22,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Sequence
 
-from .weights import INSTALL_HINT, GemmaWeightsError, cached_tokenizer, open_gguf
+from jaxmarl_llm.lm.gguf import GGUFTokenizer, cached_tokenizer, open_gguf, require_tokenizers
+
+from .config import GemmaWeightsError
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 TOKENIZER_FORMAT = 1
-
-
-def _require_tokenizers():
-    try:
-        import tokenizers
-    except ImportError as e:
-        raise GemmaWeightsError(
-            f"the `tokenizers` package is needed for the Gemma tokenizer; install: {INSTALL_HINT}"
-        ) from e
-    return tokenizers
 
 
 def _read_vocab(reader):
@@ -60,11 +51,11 @@ def _read_vocab(reader):
 def build_tokenizer_json(gguf_path: str | os.PathLike, reader=None) -> str:
     """A ``tokenizers`` JSON equivalent to the GGUF's SentencePiece BPE model; ``reader``:
     the file already opened with ``open_gguf``."""
-    tokenizers = _require_tokenizers()
+    tokenizers = require_tokenizers(GemmaWeightsError)
     from tokenizers import AddedToken, Regex, decoders, normalizers
     from tokenizers.models import BPE
 
-    reader = reader if reader is not None else open_gguf(gguf_path)
+    reader = reader if reader is not None else open_gguf(gguf_path, GemmaWeightsError)
     pieces, score, ttype = _read_vocab(reader)
     f = reader.fields
 
@@ -114,14 +105,12 @@ def build_tokenizer_json(gguf_path: str | os.PathLike, reader=None) -> str:
     return tok.to_str()
 
 
-class GemmaTokenizer:
-    """Encode/decode for Gemma 3; ``encode(text)`` prepends BOS unless ``add_bos=False``."""
+class GemmaTokenizer(GGUFTokenizer):
+    """Gemma 3's tokenizer: ``encode(text)`` prepends BOS unless ``add_bos=False``; turns
+    end at ``<end_of_turn>``."""
 
     def __init__(self, tokenizer, bos_id: int = 2, eos_id: int = 1, pad_id: int = 0):
-        self._tok = tokenizer
-        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
-        self.end_of_turn_id = tokenizer.token_to_id("<end_of_turn>")
-        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        super().__init__(tokenizer, bos_id, eos_id, pad_id, True, ("<end_of_turn>",))
 
     @classmethod
     def from_gguf(
@@ -136,26 +125,12 @@ class GemmaTokenizer:
     ) -> GemmaTokenizer:
         """The tokenizer of ``gguf_path``, from the cache or built from the file's metadata
         (``reader``: the file already opened with ``open_gguf``, saving a second parse)."""
-        tokenizers = _require_tokenizers()
+        tokenizers = require_tokenizers(GemmaWeightsError)
         path = pathlib.Path(gguf_path)
         if not path.is_file():
-            open_gguf(path)  # raises the helpful error
+            open_gguf(path, GemmaWeightsError)  # raises the helpful error
         name = f"gemma3-tokenizer-{path.stem}-v{TOKENIZER_FORMAT}"
         tok = cached_tokenizer(
             tokenizers, path, name, lambda: build_tokenizer_json(path, reader), cache
         )
         return cls(tok, bos_id, eos_id, pad_id)
-
-    def encode(self, text: str, add_bos: bool = True) -> list[int]:
-        ids = self._tok.encode(text, add_special_tokens=False).ids
-        return [self.bos_id, *ids] if add_bos else ids
-
-    def encode_batch(self, texts: Sequence[str], add_bos: bool = True) -> list[list[int]]:
-        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
-        return [([self.bos_id] if add_bos else []) + e.ids for e in encs]
-
-    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=skip_special)
-
-    def id_to_token(self, i: int) -> str | None:
-        return self._tok.id_to_token(i)

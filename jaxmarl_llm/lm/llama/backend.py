@@ -12,37 +12,9 @@ from __future__ import annotations
 import os
 
 from ..backend import Request
-from ..local_backend import LocalBackend, ModelFamily
-from .weights import INSTALL_HINT, LlamaWeightsError, load_weights
-
-
-def _tokenizer(w):
-    from .tokenizer import LlamaTokenizer
-
-    cfg = w.config
-    return LlamaTokenizer.from_gguf(
-        w.gguf_path,
-        bos_id=cfg.bos_id,
-        eos_id=cfg.eos_id,
-        pad_id=cfg.pad_id,
-        add_bos=cfg.add_bos,
-        reader=w.reader,
-    )
-
-
-def _module(cfg):
-    from .model import Llama
-
-    return Llama(cfg)
-
-
-def _init_cache(cfg, batch, length):
-    from .model import init_cache
-
-    return init_cache(cfg, batch, length)
-
-
-LLAMA = ModelFamily("llama", load_weights, _tokenizer, _module, _init_cache, LlamaWeightsError)
+from ..local_backend import LocalBackend
+from .config import INSTALL_HINT, LlamaWeightsError
+from .weights import LLAMA
 
 
 class LlamaBackend(LocalBackend):

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Sequence
 
-from ..gemma.weights import cached_tokenizer
-from .weights import LlamaWeightsError, open_gguf
+from jaxmarl_llm.lm.gguf import GGUFTokenizer, cached_tokenizer, open_gguf, require_tokenizers
+
+from .config import LlamaWeightsError
 
 CONTROL, USER_DEFINED = 3, 4
 TOKENIZER_FORMAT = 1
@@ -30,17 +30,6 @@ QWEN2_SPLIT = (
 PRE_TOKENIZERS = ("smollm", "gpt-2", "default", "qwen2")
 # The system turn SmolLM2-Instruct's chat template inserts when a conversation has none.
 SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
-
-
-def _require_tokenizers():
-    try:
-        import tokenizers
-    except ImportError as e:
-        raise LlamaWeightsError(
-            "the `tokenizers` package is needed for the llama tokenizer; install: "
-            'pip install -e ".[llm]"'
-        ) from e
-    return tokenizers
 
 
 def _string(reader, key, default=None):
@@ -71,11 +60,11 @@ def _pre_tokenizer(name: str):
 def build_tokenizer_json(gguf_path: str | os.PathLike, reader=None) -> str:
     """A ``tokenizers`` JSON for the GGUF's byte-level BPE; ``reader``: the file already
     opened with ``open_gguf``."""
-    tokenizers = _require_tokenizers()
+    tokenizers = require_tokenizers(LlamaWeightsError)
     from tokenizers import AddedToken, decoders
     from tokenizers.models import BPE
 
-    reader = reader if reader is not None else open_gguf(gguf_path)
+    reader = reader if reader is not None else open_gguf(gguf_path, LlamaWeightsError)
     model = _string(reader, "tokenizer.ggml.model")
     if model != "gpt2":
         raise LlamaWeightsError(
@@ -113,20 +102,13 @@ def build_tokenizer_json(gguf_path: str | os.PathLike, reader=None) -> str:
     return tok.to_str()
 
 
-class LlamaTokenizer:
-    """Encode/decode for a GGUF byte-level BPE; ``encode(text)`` prepends BOS when the
-    model expects one (``add_bos`` from the metadata) unless told otherwise."""
+class LlamaTokenizer(GGUFTokenizer):
+    """A GGUF byte-level BPE: ``encode(text)`` prepends BOS when the model expects one
+    (``add_bos`` from the metadata) unless told otherwise; turns end at ``<|im_end|>`` or
+    ``<|eot_id|>``, whichever the vocabulary has."""
 
     def __init__(self, tokenizer, bos_id: int, eos_id: int, pad_id: int, add_bos: bool = False):
-        self._tok = tokenizer
-        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, pad_id
-        self.add_bos = add_bos
-        vocab = tokenizer.get_vocab(with_added_tokens=True)
-        # the end of an assistant turn in the chat formats these models use
-        self.end_of_turn_id = next(
-            (vocab[t] for t in ("<|im_end|>", "<|eot_id|>") if t in vocab), None
-        )
-        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        super().__init__(tokenizer, bos_id, eos_id, pad_id, add_bos, ("<|im_end|>", "<|eot_id|>"))
 
     @classmethod
     def from_gguf(
@@ -140,31 +122,15 @@ class LlamaTokenizer:
         cache: pathlib.Path | None = None,
         reader=None,
     ) -> LlamaTokenizer:
-        tokenizers = _require_tokenizers()
+        tokenizers = require_tokenizers(LlamaWeightsError)
         path = pathlib.Path(gguf_path)
         if not path.is_file():
-            open_gguf(path)  # raises the helpful error
+            open_gguf(path, LlamaWeightsError)  # raises the helpful error
         name = f"llama-tokenizer-{path.stem}-v{TOKENIZER_FORMAT}"
         tok = cached_tokenizer(
             tokenizers, path, name, lambda: build_tokenizer_json(path, reader), cache
         )
         return cls(tok, bos_id, eos_id, pad_id, add_bos)
-
-    def _bos(self, add_bos: bool | None) -> list[int]:
-        return [self.bos_id] if (self.add_bos if add_bos is None else add_bos) else []
-
-    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
-        return self._bos(add_bos) + self._tok.encode(text, add_special_tokens=False).ids
-
-    def encode_batch(self, texts: Sequence[str], add_bos: bool | None = None) -> list[list[int]]:
-        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
-        return [self._bos(add_bos) + e.ids for e in encs]
-
-    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=skip_special)
-
-    def id_to_token(self, i: int) -> str | None:
-        return self._tok.id_to_token(i)
 
 
 def format_chat(

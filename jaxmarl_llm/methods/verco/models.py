@@ -68,7 +68,7 @@ def tiny_gemma_config(**overrides):
     """A two-layer random Gemma for tests and tiny benchmarks; ``overrides`` replace fields."""
     import dataclasses
 
-    from jaxmarl_llm.lm.gemma.weights import GemmaConfig
+    from jaxmarl_llm.lm.gemma import GemmaConfig
 
     return dataclasses.replace(
         GemmaConfig(
@@ -110,7 +110,7 @@ def check_model_name(name: str) -> None:
 
 
 def gguf_architecture(path: pathlib.Path) -> str:
-    from jaxmarl_llm.lm.gemma.weights import open_gguf, read_metadata
+    from jaxmarl_llm.lm.gguf import open_gguf, read_metadata
 
     return str(read_metadata(open_gguf(path)).get("general.architecture", ""))
 
@@ -120,16 +120,19 @@ def load_policy_model(name: str, seed: int = 0) -> PolicyModel:
     check_model_name(name)
     if name == "tiny":
         return _tiny_model(seed)
+    from jaxmarl_llm.lm.gemma import GEMMA3
+    from jaxmarl_llm.lm.llama import LLAMA
+
     if name == "gemma3_270m":
-        return _gemma_model(None, name)
+        return _gguf_model(GEMMA3, None, name)
     if name == "smollm2":
-        return _llama_model(None, name)
+        return _gguf_model(LLAMA, None, name)
     path = pathlib.Path(name).expanduser()
     arch = gguf_architecture(path)
     if arch.startswith("gemma"):
-        return _gemma_model(path, name)
+        return _gguf_model(GEMMA3, path, name)
     if arch in LLAMA_ARCHITECTURES:
-        return _llama_model(path, name)
+        return _gguf_model(LLAMA, path, name)
     raise ConfigError(
         f"bad value for config key 'algo.model': {path} holds a {arch or 'unnamed'!r} model; "
         f"the families supported are gemma3 and {', '.join(LLAMA_ARCHITECTURES)}"
@@ -137,10 +140,10 @@ def load_policy_model(name: str, seed: int = 0) -> PolicyModel:
 
 
 def _tiny_model(seed: int) -> PolicyModel:
-    from jaxmarl_llm.lm.gemma.model import Gemma3, init_cache
+    from jaxmarl_llm.lm.decoder import Decoder, init_cache
 
-    cfg = tiny_gemma_config()
-    lm = DecoderLM(Gemma3(cfg), init_cache)
+    cfg = tiny_gemma_config().decoder
+    lm = DecoderLM(Decoder(cfg), init_cache)
     dummy = jnp.zeros((1, 4), jnp.int32)
     params = lm.module.init(
         jax.random.key(seed), dummy, dummy, jnp.ones((1, 4), bool), init_cache(cfg, 1, 4)
@@ -148,46 +151,13 @@ def _tiny_model(seed: int) -> PolicyModel:
     return PolicyModel("tiny", lm, params, WordTokenizer(), cfg.d_model)
 
 
-def _gemma_model(path, name: str) -> PolicyModel:
-    from jaxmarl_llm.lm.gemma.model import Gemma3, init_cache
-    from jaxmarl_llm.lm.gemma.tokenizer import GemmaTokenizer
-    from jaxmarl_llm.lm.gemma.weights import cache_lock, load_weights, unflatten
+def _gguf_model(family, path, name: str) -> PolicyModel:
+    from jaxmarl_llm.lm.decoder import Decoder, init_cache
+    from jaxmarl_llm.lm.gguf import cache_lock, load_weights, unflatten
 
     with cache_lock():
-        w = load_weights(path)
-        tokenizer = GemmaTokenizer.from_gguf(
-            w.gguf_path,
-            bos_id=w.config.bos_id,
-            eos_id=w.config.eos_id,
-            pad_id=w.config.pad_id,
-            reader=w.reader,
-        )
+        w = load_weights(family, path)
+        tokenizer = family.tokenizer(w)
+    cfg = w.config.decoder
     params = jax.tree.map(jnp.asarray, unflatten(w.arrays))
-    return PolicyModel(name, DecoderLM(Gemma3(w.config), init_cache), params, tokenizer,
-                       w.config.d_model)  # fmt: skip
-
-
-def _llama_model(path, name: str) -> PolicyModel:
-    try:
-        from jaxmarl_llm.lm.gemma.weights import cache_lock, unflatten
-        from jaxmarl_llm.lm.llama.model import Llama, init_cache
-        from jaxmarl_llm.lm.llama.tokenizer import LlamaTokenizer
-        from jaxmarl_llm.lm.llama.weights import load_weights
-    except ImportError as e:
-        raise ConfigError(
-            f"bad value for config key 'algo.model': {name!r} needs the llama-family model "
-            f"(jaxmarl_llm.lm.llama), which this checkout lacks ({e})"
-        ) from e
-    with cache_lock():
-        w = load_weights(path)
-        cfg = w.config
-        tokenizer = LlamaTokenizer.from_gguf(
-            w.gguf_path,
-            bos_id=cfg.bos_id,
-            eos_id=cfg.eos_id,
-            pad_id=cfg.pad_id,
-            add_bos=cfg.add_bos,
-            reader=w.reader,
-        )
-    params = jax.tree.map(jnp.asarray, unflatten(w.arrays))
-    return PolicyModel(name, DecoderLM(Llama(cfg), init_cache), params, tokenizer, cfg.d_model)
+    return PolicyModel(name, DecoderLM(Decoder(cfg), init_cache), params, tokenizer, cfg.d_model)

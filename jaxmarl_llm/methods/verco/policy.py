@@ -50,11 +50,11 @@ NORMALIZATIONS = ("none", "token", "word")
 
 @dataclasses.dataclass(frozen=True)
 class DecoderLM:
-    """A decoder with the project's calling convention and its family's cache builder.
+    """A decoder with the project's calling convention and its cache builder.
 
-    ``module(tokens, positions, valid, cache, return_hidden)`` and ``module.logits``
-    as in :class:`jaxmarl_llm.lm.gemma.model.Gemma3`; ``init_cache(cfg, batch, length,
-    dtype)`` from the same family's module. Hashable, so it can be a static jit argument.
+    ``module(tokens, positions, valid, cache, return_hidden)`` and ``module.logits`` as in
+    :class:`jaxmarl_llm.lm.decoder.Decoder`; ``init_cache(cfg, batch, length, dtype)`` as
+    :func:`jaxmarl_llm.lm.decoder.init_cache`. Hashable, so it can be a static jit argument.
     """
 
     module: nn.Module

@@ -1,6 +1,5 @@
-"""What every decoder family here (Gemma 3, Llama/SmolLM2/Qwen2) shares: RMSNorm,
-rotate-half RoPE, the KV cache with position-based masking and grouped-query attention
-over it.
+"""The decoder's KV cache, position-based masking and grouped-query attention over the
+cache.
 
 Masking works from *positions*, not slot order: every cache slot remembers the position
 of the token written there (``INVALID_POS`` for padding or unwritten slots) and a query
@@ -12,42 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 INVALID_POS = 1 << 30  # position of a slot nobody may attend to
 
 Cache = dict[str, jax.Array]  # k, v: [L, B, S, Hkv, Dh]; pos: [B, S] int32; index: [] int32
-
-
-class RMSNorm(nn.Module):
-    """``x / rms(x) * scale`` in float32 (Gemma's checkpoints store ``1 + w`` as the
-    scale, llama's ``w``)."""
-
-    eps: float
-
-    @nn.compact
-    def __call__(self, x):
-        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))
-        x32 = x.astype(jnp.float32)
-        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (y * scale).astype(x.dtype)
-
-
-def rope_tables(positions: jax.Array, head_dim: int, base: float, scale: float = 1.0):
-    """cos/sin ``[B, T, head_dim]`` for rotate-half RoPE."""
-    inv_freq = 1.0 / (base ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-    ang = (positions.astype(jnp.float32) / scale)[..., None] * inv_freq
-    ang = jnp.concatenate([ang, ang], axis=-1)
-    return jnp.cos(ang), jnp.sin(ang)
-
-
-def apply_rope(x, cos, sin):
-    """x: ``[B, T, H, D]``; cos/sin: ``[B, T, D]``."""
-    half = x.shape[-1] // 2
-    rot = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos[:, :, None, :] + rot * sin[:, :, None, :]
 
 
 def init_cache(cfg: Any, batch: int, length: int, dtype=jnp.float32) -> Cache:

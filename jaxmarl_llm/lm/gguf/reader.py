@@ -1,4 +1,5 @@
-"""``gguf.GGUFReader`` with its metadata read in one pass.
+"""Reading a GGUF file: ``gguf.GGUFReader`` with its metadata read in one pass, opened
+with errors that name the fix, and its scalar metadata as a dict.
 
 ``gguf.GGUFReader`` reads every element of a metadata array through its own memmap
 slice: the Gemma 3 file's 262,144-token vocabulary (tokens, scores and types, 786k
@@ -12,13 +13,72 @@ from __future__ import annotations
 
 import functools
 import os
+import pathlib
+from typing import Any
 
 import numpy as np
+
+from .errors import GGUFWeightsError
+
+# Vocabulary arrays: large, and read by the tokenizers from the reader itself.
+VOCABULARY_FIELDS = (
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.scores",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+)
 
 
 def read_gguf(path: str | os.PathLike):
     """The parsed GGUF file at ``path`` (a ``gguf.GGUFReader``)."""
     return _reader_class()(str(path), "r")
+
+
+def require_gguf(error: type[GGUFWeightsError] = GGUFWeightsError):
+    try:
+        import gguf
+    except ImportError as e:
+        raise error.needs_package("gguf", f"to read {error.family} weights") from e
+    return gguf
+
+
+def open_gguf(path: str | os.PathLike, error: type[GGUFWeightsError] = GGUFWeightsError):
+    """The parsed GGUF at ``path``; a missing or unreadable file raises ``error``, whose
+    message names the file and the fix."""
+    require_gguf(error)
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise error.missing(path)
+    try:
+        return read_gguf(path)
+    except Exception as e:  # noqa: BLE001 - re-raised with the fix
+        raise error.unreadable(path, e) from e
+
+
+def read_metadata(reader) -> dict[str, Any]:
+    """Scalar/string metadata (vocabulary arrays are skipped; ``_vocab_size`` counts the
+    tokens, or the embedding's rows where the file has no vocabulary)."""
+    meta = {
+        key: _field_value(field)
+        for key, field in reader.fields.items()
+        if key not in VOCABULARY_FIELDS
+    }
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    meta["_vocab_size"] = len(tokens.data) if tokens is not None else None
+    if meta["_vocab_size"] is None:
+        for t in reader.tensors:
+            if t.name == "token_embd.weight":
+                meta["_vocab_size"] = int(t.shape[-1])
+    return meta
+
+
+def _field_value(field) -> Any:
+    try:
+        return field.contents()
+    except Exception:  # noqa: BLE001 - older gguf: decode by hand
+        parts = [field.parts[i] for i in field.data]
+        vals = [bytes(p).decode("utf-8", "replace") if p.dtype == np.uint8 else p[0] for p in parts]
+        return vals if len(vals) != 1 else vals[0]
 
 
 @functools.cache

@@ -14,8 +14,8 @@ it by the result's score. Around that:
 - unknown characters fall back to ``<0xNN>`` byte pieces;
 - a BOS token is prepended when asked (Gemma expects one; ``add_bos_token`` is true).
 
-Building takes a few seconds; the result is cached as ``tokenizer.json`` next to the
-dequantized weights.
+Building takes a few seconds; the result is cached as a ``tokenizers`` JSON under the
+weights cache directory (:func:`jaxmarl_llm.lm.gguf.cached_tokenizer`).
 """
 
 from __future__ import annotations

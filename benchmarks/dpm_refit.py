@@ -30,6 +30,13 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=2, help="timed runs; the best is reported")
     p.add_argument("--fit-steps", type=int, default=None, help="default: DPMConfig's")
     p.add_argument("--rounds", type=int, default=None, help="labelled rounds; default: DPMConfig's")
+    p.add_argument(
+        "--segment-length",
+        type=int,
+        default=None,
+        help="steps per trajectory segment (default: DPMConfig's window; 101: a whole SMAX "
+        "episode, padded; a whole-episode refit cuts them to the longest labelled one)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON line")
     args = p.parse_args(argv)
 
@@ -40,7 +47,11 @@ def main(argv=None) -> dict:
     from jaxmarl_llm.preferences.datasets import AgentRankingDataset, SegmentPairDataset
 
     env = make_array_env(f"smax:{args.map}", reward="strong_sparse")
-    given = {"fit_steps": args.fit_steps, "rounds": args.rounds}
+    given = {
+        "fit_steps": args.fit_steps,
+        "rounds": args.rounds,
+        "segment_length": args.segment_length,
+    }
     cfg = DPMConfig(**{k: v for k, v in given.items() if v is not None})
     n, s = env.num_agents, env.world_state_dim
     dim = 2 * s + env.obs_dim + env.num_actions
@@ -81,6 +92,7 @@ def main(argv=None) -> dict:
         "state_dim": s,
         "labels_per_seed": cap,
         "fit_steps": cfg.fit_steps,
+        "segment_length": t,
         "seeds": seeds,
         "device": str(jax.devices()[0]),
     }

@@ -37,7 +37,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
 
     import envs
-    from jaxmarl_llm.learners.base import random_play
+    from jaxmarl_llm.learners.acting import random_play
     from jaxmarl_llm.methods.dpm import dpm_shaper
     from jaxmarl_llm.methods.dpm.config import DPMConfig
     from jaxmarl_llm.methods.dpm.reward import initial_params, reward_model

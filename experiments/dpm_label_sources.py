@@ -81,7 +81,7 @@ def held_out_queries(env, enemy_weight: float) -> dict:
     """The rollout and the held-out queries on it (host arrays)."""
     import jax
 
-    from jaxmarl_llm.learners.base import random_play
+    from jaxmarl_llm.learners.acting import random_play
     from jaxmarl_llm.methods.dpm.online import TIE_MARGIN
     from jaxmarl_llm.methods.dpm.teacher import agent_contributions, segment_value
 

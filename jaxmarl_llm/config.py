@@ -22,7 +22,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners.registry import algo_spec
 from jaxmarl_llm.learners.registry import check_config as check_algo_config
-from jaxmarl_llm.shaping.base import CombineMode
+from jaxmarl_llm.shaper import CombineMode
 
 __all__ = ["ConfigError", "build_config", "load_config", "to_yaml"]
 

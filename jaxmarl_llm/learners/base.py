@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,10 +18,6 @@ from flax import struct
 
 from jaxmarl_llm.learners.evaluation import GreedyPolicy
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
-from jaxmarl_llm.shaping.base import ALL_FIELDS, TransitionBatch
-
-if TYPE_CHECKING:
-    from envs.array_env import ArrayEnv
 
 
 class TrainState(struct.PyTreeNode):
@@ -58,9 +54,10 @@ class Learner(NamedTuple):
     update: Callable[[Any], tuple[Any, dict]]  # train state -> (train state, scalar metrics)
     num_updates: int
     env_steps_per_update: int  # summed over parallel envs, not agents
-    # (state, key, steps) -> TransitionBatch [steps, E, ...] of the current policy from the
-    # learner's env states, state and next_state filled; the train state is not changed.
-    # Online feedback (rewards refit during training) needs it; None where not provided.
+    # (state, key, steps) -> TransitionBatch [steps, E, ...] (``transitions.py``) of the
+    # current policy from the learner's env states, state and next_state filled; the
+    # train state is not changed. Online feedback (rewards refit during training) needs
+    # it; None where not provided.
     collect: Callable[[Any, jax.Array, int], Any] | None = None
     # the deterministic policy, for greedy evaluation (``evaluation.make_evaluate``)
     policy: GreedyPolicy | None = None
@@ -99,71 +96,6 @@ class LearnerParts:
             ),
             shard_local_state=getattr(self, "shard_local_state", False),
         )
-
-
-def step_transitions(
-    env: ArrayEnv,
-    obs: jax.Array,
-    actions: jax.Array,
-    env_state: Any,
-    res: Any,
-    fields=ALL_FIELDS,
-) -> TransitionBatch:
-    """The ``TransitionBatch`` of one vectorized env step of ``env`` from ``env_state``
-    (an ``ArrayEnvState``) with observations ``obs``; ``res`` is the env's ``StepResult``.
-    Env states and world-state vectors are filled only when ``fields`` names them (a
-    shaper's ``fields``)."""
-    vec = jax.vmap(env.state_vector)
-    return TransitionBatch(
-        obs=obs,
-        actions=actions,
-        next_obs=res.terminal_obs,
-        reward=res.reward,
-        done=res.done,
-        state=env_state.env_state if "state" in fields else None,
-        next_state=res.terminal_env_state if "next_state" in fields else None,
-        world_state=vec(env_state.env_state, obs) if "world_state" in fields else None,
-        next_world_state=(
-            vec(res.terminal_env_state, res.terminal_obs) if "next_world_state" in fields else None
-        ),
-    )
-
-
-def collect_steps(
-    env: ArrayEnv, policy_step, state: Any, key: jax.Array, steps: int
-) -> TransitionBatch:
-    """``steps`` steps of ``policy_step(state, key) -> (next state, actions, result)``
-    from ``state`` (an env-holding train state with ``obs`` and ``env_state``), every
-    field filled, leaves ``[steps, E, ...]``; what ``Learner.collect`` returns."""
-
-    def one(s, k):
-        s_next, actions, res = policy_step(s, k)
-        return s_next, step_transitions(env, s.obs, actions, s.env_state, res)
-
-    return jax.lax.scan(one, state, jax.random.split(key, steps))[1]
-
-
-def random_play(
-    env: ArrayEnv, key: jax.Array, num_envs: int, steps: int, start: Any = None
-) -> TransitionBatch:
-    """``steps`` steps of uniformly random legal actions in ``num_envs`` auto-resetting
-    envs, from resets or from the raw env state ``start`` (one state, copied to every
-    env); every field filled, leaves ``[steps, E, ...]``. Data for checking a reward model
-    or timing a shaper without a policy."""
-    _, state = jax.vmap(env.reset)(jax.random.split(key, num_envs))
-    if start is not None:
-        copies = jax.tree.map(lambda x: jnp.broadcast_to(x, (num_envs, *x.shape)), start)
-        state = state.replace(env_state=copies)
-
-    def step(state, k):
-        k_act, k_env = jax.random.split(k)
-        avail = jax.vmap(env.avail_actions)(state)
-        actions = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
-        obs = jax.vmap(lambda s: env.stack_obs(env.env.get_obs(s.env_state)))(state)
-        res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
-        return res.state, step_transitions(env, obs, actions, state, res)
-
-    return jax.lax.scan(step, state, jax.random.split(key, steps))[1]
 
 
 def run_chunk(learner: Learner, state: Any, num_updates: int) -> tuple[Any, dict]:

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
+from jaxmarl_llm.learners.acting import step_envs
 
 EVAL_METRICS = ("eval_return", "eval_length", "eval_win_rate", "eval_episodes")
 
@@ -116,7 +117,7 @@ def make_play_episodes(
             else:  # the greedy path keeps its key stream: its numbers do not move
                 key, r_env = jax.random.split(c.key)
                 carry, actions = policy.act(train_state, c.carry, c.obs, c.avail, c.first)
-            res = jax.vmap(env.step)(jax.random.split(r_env, E), c.env_state, actions)
+            res = step_envs(env, c.env_state, actions, r_env)
             ends = res.done & ~c.finished
             return c.replace(
                 obs=res.obs,

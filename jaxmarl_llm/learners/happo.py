@@ -39,7 +39,7 @@ from jaxmarl_llm.learners.networks import MLP, Activation
 from jaxmarl_llm.learners.onpolicy import OnPolicyConfig
 from jaxmarl_llm.learners.ppo import PPO, Batch, PPOState, Rollout, minibatches
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
-from jaxmarl_llm.shaping.base import Shaper
+from jaxmarl_llm.shaper import Shaper
 
 
 @dataclass

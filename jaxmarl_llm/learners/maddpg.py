@@ -52,13 +52,13 @@ from jaxmarl_llm.learners.offpolicy import (
     Nets,
     OffPolicyLearner,
     OffPolicyState,
-    Transition,
     bad_value,
     check_offpolicy_config,
     option_name,
 )
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
-from jaxmarl_llm.shaping.base import Shaper, team_reward
+from jaxmarl_llm.shaper import Shaper, team_reward
+from jaxmarl_llm.transitions import TransitionBatch
 
 MASKED_LOGIT = -1e9
 TEAM_REWARDS = ("none", "sum", "mean")
@@ -218,7 +218,7 @@ class MADDPG(OffPolicyLearner):
         logits = self.logits(state.params["actor"], obs, avail)
         return carry, jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
-    def rewards(self, shaper_params, items: Transition) -> jax.Array:
+    def rewards(self, shaper_params, items: TransitionBatch) -> jax.Array:
         """Training reward ``[B, N]`` of sampled transitions under ``shaper_params``."""
         r = self.shaped_rewards(shaper_params, items)
         if self.team == "none":

@@ -34,19 +34,15 @@ from typing import Any, NamedTuple, NoReturn
 import flashbax as fbx
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.learners.base import (
-    LearnerParts,
-    TrainState,
-    collect_steps,
-    episode_metrics,
-)
+from jaxmarl_llm.learners.acting import collect_steps, step_envs, step_transitions, unroll
+from jaxmarl_llm.learners.base import LearnerParts, TrainState, episode_metrics
 from jaxmarl_llm.learners.networks import ParamSharing
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
-from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, shaped_reward
+from jaxmarl_llm.shaper import Shaper, shaped_reward
+from jaxmarl_llm.transitions import TransitionBatch
 
 # the item fields stored only when the shaper or the learner reads them
 OPTIONAL_FIELDS = ("next_obs", "next_avail", "next_world_state", "state", "next_state")
@@ -98,34 +94,6 @@ def check_offpolicy_config(cfg, team_rewards: tuple[str, ...], sequence_items: b
         bad_value("gamma", cfg.gamma, "must be in [0, 1]")
     if not 0.0 < cfg.tau <= 1.0:
         bad_value("tau", cfg.tau, "must be in (0, 1]")
-
-
-@struct.dataclass
-class Transition:
-    """One buffer item; leaves ``[L..., ...]`` with ``L`` = ``[T]`` for a sequence item
-    (one env's ``num_steps`` consecutive steps), none for a single step.
-
-    The optional fields are ``None`` where not stored (``OffPolicyLearner.stored``);
-    ``state``/``next_state`` are the jaxmarl env states before the step and after it
-    (pre-reset).
-    """
-
-    obs: jax.Array  # [L..., N, D] float32
-    actions: jax.Array  # [L..., N] int32
-    reward: jax.Array  # [L..., N] env reward
-    done: jax.Array  # [L...] bool
-    avail: jax.Array  # [L..., N, A] bool, legal actions at obs
-    world_state: jax.Array  # [L..., S] at obs
-    next_obs: jax.Array | None = None  # [L..., N, D] true next observation (pre-reset)
-    # [L..., N, A] legal actions at the next obs (post-reset: read only where the episode
-    # goes on)
-    next_avail: jax.Array | None = None
-    next_world_state: jax.Array | None = None  # [L..., S] of the pre-reset next state
-    state: Any = None
-    next_state: Any = None
-    # [N, H] a recurrent learner's acting carry before step 0 of a sequence item, zeros
-    # where obs[0] starts an episode (the one leaf without a time axis)
-    hidden0: jax.Array | None = None
 
 
 class Nets(NamedTuple):
@@ -225,7 +193,7 @@ class OffPolicyLearner(LearnerParts, ABC):
         """The train state after one env step (``res``, a vmapped ``StepResult``)."""
         return state.replace(env_state=res.state, obs=res.obs, avail=res.avail_actions)
 
-    def rollout_items(self, start: OffPolicyState, steps: Transition) -> Transition:
+    def rollout_items(self, start: OffPolicyState, steps: TransitionBatch) -> TransitionBatch:
         """The buffer items of a rollout from ``start`` whose steps have leaves ``[T, E,
         ...]``: ``[E, T, ...]`` (sequence items) or ``[T * E, ...]``."""
         if self.sequence_items:
@@ -245,7 +213,7 @@ class OffPolicyLearner(LearnerParts, ABC):
         return None
 
     # ----- buffer ---------------------------------------------------------------------
-    def item_spec(self) -> Transition:
+    def item_spec(self) -> TransitionBatch:
         """Zeros with the layout of one stored item (flashbax infers storage from it)."""
         env, n = self.env, self.env.num_agents
         lead = (self.num_steps,) if self.sequence_items else ()
@@ -258,7 +226,7 @@ class OffPolicyLearner(LearnerParts, ABC):
 
         env_state = jax.eval_shape(env.reset, jax.random.PRNGKey(0))[1].env_state
         state_zeros = jax.tree.map(lambda s: zeros(*s.shape, dtype=s.dtype), env_state)
-        return Transition(
+        return TransitionBatch(
             obs=zeros(n, env.obs_dim),
             actions=zeros(n, dtype=jnp.int32),
             reward=zeros(n),
@@ -277,71 +245,45 @@ class OffPolicyLearner(LearnerParts, ABC):
         shapes = jax.eval_shape(lambda: self.buffer.init(self.item_spec()))
         return int(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes)))
 
-    def sample_items(self, buffer_state, key) -> Transition:
+    def sample_items(self, buffer_state, key) -> TransitionBatch:
         """``batch_size`` stored items, leaves ``[B, item...]``."""
         return self.buffer.sample(buffer_state, key).experience
 
-    def sample(self, state: OffPolicyState, key) -> Transition:
+    def sample(self, state: OffPolicyState, key) -> TransitionBatch:
         """``batch_size`` items of the train state's buffer, leaves ``[B, item...]``."""
         return self.sample_items(state.buffer, key)
 
-    def shaped_rewards(self, shaper_params, items: Transition) -> jax.Array:
+    def shaped_rewards(self, shaper_params, items: TransitionBatch) -> jax.Array:
         """Per-agent training reward ``[..., N]`` of stored items under ``shaper_params``."""
-        batch = TransitionBatch(
-            obs=items.obs,
-            actions=items.actions,
-            next_obs=items.next_obs,
-            reward=items.reward,
-            done=items.done,
-            state=items.state,
-            next_state=items.next_state,
-            world_state=items.world_state,
-            next_world_state=items.next_world_state,
-        )
-        return shaped_reward(self.shaper, shaper_params, batch)
+        return shaped_reward(self.shaper, shaper_params, items)
 
     # ----- acting ---------------------------------------------------------------------
     def _policy_step(self, state: OffPolicyState, r_act, r_env, explore):
         """One exploring step of every env: ``(next state, item [E, ...], step result)``."""
-        env, stored = self.env, self.stored
+        stored = self.stored
         actions, carry = self.behaviour(state, self.shards.key(r_act), explore)
-        world_state = jax.vmap(env.world_state)(state.env_state, state.obs)
-        r_env = self.shards.key(r_env)
-        res = jax.vmap(env.step)(
-            self.shards.env_keys(r_env, self.num_envs), state.env_state, actions
-        )
-        item = Transition(
-            obs=state.obs,
-            actions=actions,
-            reward=res.reward,
-            done=res.done,
+        res = step_envs(self.env, state.env_state, actions, self.shards.key(r_env), self.shards)
+        fields = stored | {"world_state"}
+        item = step_transitions(self.env, state.obs, actions, state.env_state, res, fields)
+        item = item.replace(
+            next_obs=item.next_obs if "next_obs" in stored else None,
             avail=state.avail,
-            world_state=world_state,
-            next_obs=res.terminal_obs if "next_obs" in stored else None,
             next_avail=res.avail_actions if "next_avail" in stored else None,
-            next_world_state=(
-                jax.vmap(env.state_vector)(res.terminal_env_state, res.terminal_obs)
-                if "next_world_state" in stored
-                else None
-            ),
-            state=state.env_state.env_state if "state" in stored else None,
-            next_state=res.terminal_env_state if "next_state" in stored else None,
         )
         return self.advance(state, carry, res), item, res
 
-    def _rollout_step(self, state: OffPolicyState, t):
-        rng, r_act, r_env = jax.random.split(state.rng, 3)
+    def _rollout_step(self, state: OffPolicyState, t, r_act, r_env):
         explore = self.exploration(state.env_steps + t * self.total_envs)
         state, item, res = self._policy_step(state, r_act, r_env, explore)
-        return state.replace(rng=rng), (item, res.done, res.info)
+        return state, (item, res.done, res.info)
 
     def collect(self, state: OffPolicyState, key: jax.Array, steps: int) -> TransitionBatch:
         """``steps`` exploring steps (exploring as at the start of the next update) from
         the learner's env states, leaves ``[steps, E, ...]``; ``state`` is unchanged."""
         explore = self.exploration(state.env_steps)
 
-        def act(s, k):
-            s_next, item, res = self._policy_step(s, *jax.random.split(k), explore)
+        def act(s, r_act, r_env):
+            s_next, item, res = self._policy_step(s, r_act, r_env, explore)
             return s_next, item.actions, res
 
         return collect_steps(self.env, act, state, key, steps)
@@ -384,9 +326,10 @@ class OffPolicyLearner(LearnerParts, ABC):
 
     def update(self, state: OffPolicyState) -> tuple[OffPolicyState, dict]:
         start = state
-        state, (steps, done, info) = jax.lax.scan(
-            self._rollout_step, state, jnp.arange(self.num_steps)
+        state, rng, (steps, done, info) = unroll(
+            self._rollout_step, state, state.rng, self.num_steps, carried_key=True
         )
+        state = state.replace(rng=rng)
         items = self.rollout_items(start, steps)
         if self.shards.is_exact:  # all shards' envs' items, in the one-device order
             items = jax.tree.map(lambda x: self.shards.gather(x, 0), items)

@@ -22,14 +22,8 @@ from flax import struct
 
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.learners.base import (
-    Learner,
-    LearnerParts,
-    TrainState,
-    collect_steps,
-    episode_metrics,
-    step_transitions,
-)
+from jaxmarl_llm.learners.acting import collect_steps, step_envs, step_transitions, unroll
+from jaxmarl_llm.learners.base import Learner, LearnerParts, TrainState, episode_metrics
 from jaxmarl_llm.learners.losses import clipped_policy_loss, gae, nstep_returns, value_loss
 from jaxmarl_llm.learners.networks import (
     ActorCritic,
@@ -50,7 +44,8 @@ from jaxmarl_llm.learners.running_stats import (
     update_running_stats,
 )
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
-from jaxmarl_llm.shaping.base import Shaper, TransitionBatch, potential_shaping, shaped_reward
+from jaxmarl_llm.shaper import Shaper, potential_shaping, shaped_reward
+from jaxmarl_llm.transitions import TransitionBatch
 
 
 @dataclass
@@ -469,9 +464,7 @@ class PPO(LearnerParts):
         r_act, r_env = self.shards.key(r_act), self.shards.key(r_env)
         pi = distrax.Categorical(logits=logits)
         action, log_prob = self.shards.sample_and_log_prob(r_act, pi)
-        res = jax.vmap(self.env.step)(
-            self.shards.env_keys(r_env, self.num_envs), s.env_state, action
-        )
+        res = step_envs(self.env, s.env_state, action, r_env, self.shards)
         step = Rollout(
             obs=s.obs,
             world_state=s.world_state,
@@ -529,12 +522,10 @@ class PPO(LearnerParts):
         return jnp.zeros((num_envs, self.env.num_agents, self.cfg.gru_hidden_dim))
 
     # ----- rollout ---------------------------------------------------------------------
-    def rollout_step(self, carry, _):
-        """``policy_step`` with the shaped training reward in the record; the key (and a
-        potential-based shaper's phi of the current states) is carried beside the state
-        (``s.rng`` stays as it was)."""
-        s, rng, phi = carry
-        rng, r_act, r_env = jax.random.split(rng, 3)
+    def rollout_step(self, carry, t, r_act, r_env):
+        """``policy_step`` with the shaped training reward in the record; a
+        potential-based shaper's phi of the current states is carried beside the state."""
+        s, phi = carry
         s_next, step, res = self.policy_step(s, r_act, r_env)
         if self.carries_potential:
             phi_after = self.shaper.potential(s.shaper_params, res.state.env_state)
@@ -544,11 +535,12 @@ class PPO(LearnerParts):
             batch = step_transitions(self.env, s.obs, step.action, s.env_state, res, self.needs)
             reward = shaped_reward(self.shaper, s.shaper_params, batch)
         step = step.replace(reward=reward)
-        return (s_next, rng, phi), (step, res.done, res.info)
+        return (s_next, phi), (step, res.done, res.info)
 
     def rollout(self, s: PPOState):
-        """``num_steps`` steps of every env from ``s.rng``: ``(state after them, key left,
-        Rollout [T, E, ...], done [T, E], step infos [T, E, ...])``."""
+        """``num_steps`` steps of every env, the key carried from ``s.rng`` (``s.rng``
+        stays as it was): ``(state after them, key left, Rollout [T, E, ...], done [T,
+        E], step infos [T, E, ...])``."""
         # phi of the starting states, under the current shaper parameters (which may have
         # changed since the last rollout)
         phi = (
@@ -556,8 +548,8 @@ class PPO(LearnerParts):
             if self.carries_potential
             else None
         )
-        (s, rng, _), (traj, done, info) = jax.lax.scan(
-            self.rollout_step, (s, s.rng, phi), None, self.num_steps
+        (s, _), rng, (traj, done, info) = unroll(
+            self.rollout_step, (s, phi), s.rng, self.num_steps, carried_key=True
         )
         return s, rng, traj, done, info
 
@@ -565,8 +557,8 @@ class PPO(LearnerParts):
         """``steps`` steps of the current policy from the learner's env states (leaves
         ``[steps, E, ...]``, env reward); ``s`` is left as it was."""
 
-        def act(s, k):
-            s_next, step, res = self.policy_step(s, *jax.random.split(k))
+        def act(s, r_act, r_env):
+            s_next, step, res = self.policy_step(s, r_act, r_env)
             return s_next, step.action, res
 
         return collect_steps(self.env, act, s, key, steps)

@@ -51,7 +51,6 @@ from jaxmarl_llm.learners.offpolicy import (
     Nets,
     OffPolicyLearner,
     OffPolicyState,
-    Transition,
     bad_value,
     check_offpolicy_config,
     option_name,
@@ -65,7 +64,8 @@ from jaxmarl_llm.learners.q_losses import (
 )
 from jaxmarl_llm.learners.registry import algo_spec, algorithms
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
-from jaxmarl_llm.shaping.base import Shaper, team_reward
+from jaxmarl_llm.shaper import Shaper, team_reward
+from jaxmarl_llm.transitions import TransitionBatch
 
 OPTIMIZERS = ("adam", "rmsprop")
 TEAM_REWARDS = ("sum", "mean", "first")
@@ -296,27 +296,27 @@ class QLearning(OffPolicyLearner):
         return jnp.zeros((num_envs, self.env.num_agents, self.hidden_dim))
 
     # ----- buffer --------------------------------------------------------------------
-    def item_spec(self) -> Transition:
+    def item_spec(self) -> TransitionBatch:
         hidden0 = jnp.zeros((self.env.num_agents, self.hidden_dim)) if self.stored_hidden else None
         return super().item_spec().replace(hidden0=hidden0)
 
-    def rollout_items(self, start: QLearningState, steps: Transition) -> Transition:
+    def rollout_items(self, start: QLearningState, steps: TransitionBatch) -> TransitionBatch:
         items = super().rollout_items(start, steps)  # [E, T, ...]
         if not self.stored_hidden:
             return items
         # the carry each item starts from, zero where its first obs starts an episode
         return items.replace(hidden0=jnp.where(start.first[:, None, None], 0.0, start.hidden))
 
-    def team_rewards(self, shaper_params, items: Transition) -> jax.Array:
+    def team_rewards(self, shaper_params, items: TransitionBatch) -> jax.Array:
         """Shaped team reward ``[B, T]`` of sampled items under ``shaper_params``."""
         return team_reward(self.shaped_rewards(shaper_params, items), self.team)
 
     # ----- learning ------------------------------------------------------------------
-    def loss(self, params, target_params, items: Transition, shaper_params):
+    def loss(self, params, target_params, items: TransitionBatch, shaper_params):
         """Masked TD loss on items ``[B, T, ...]``; returns (loss, q_mean)."""
         return self.td_loss(params, target_params, items, self.team_rewards(shaper_params, items))
 
-    def td_loss(self, params, target_params, items: Transition, rewards: jax.Array):
+    def td_loss(self, params, target_params, items: TransitionBatch, rewards: jax.Array):
         """``loss`` with the items' shaped team rewards ``[B, T]`` given. On exact data
         shards ``items`` are this shard's part of the sampled batch, and the loss and
         ``q_mean`` are its part of the batch's (a sum over shards gives them)."""

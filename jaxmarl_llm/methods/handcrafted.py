@@ -8,8 +8,9 @@ import jax.numpy as jnp
 
 from envs.capabilities import RankingHeuristic, require
 from envs.credit import map_states
-from jaxmarl_llm.shaping.base import Shaper, TransitionBatch
+from jaxmarl_llm.shaper import Shaper
 from jaxmarl_llm.shaping.registry import register_shaper
+from jaxmarl_llm.transitions import TransitionBatch
 
 
 def individual_shaper(env, mode, coef) -> Shaper:

@@ -16,7 +16,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, constant_shaper, identity_shaper
+from jaxmarl_llm.shaper import CombineMode, Shaper
+from jaxmarl_llm.shaping.builtin import constant_shaper, identity_shaper
 
 # Entry-point group of the packages whose import registers shapers (imported lazily:
 # they import heavier modules).

@@ -116,9 +116,9 @@ def test_collect_and_team_reward():
     batch = jax.jit(m.collect, static_argnums=2)(state, jax.random.PRNGKey(1), 5)
     assert batch.actions.shape == (5, 16, 2) and batch.reward.shape == (5, 16, 2)
     items = jax.tree.map(lambda x: x.reshape((-1, *x.shape[2:])), batch)
-    from jaxmarl_llm.learners.offpolicy import Transition
+    from jaxmarl_llm.transitions import TransitionBatch
 
-    tr = Transition(
+    tr = TransitionBatch(
         obs=items.obs, actions=items.actions, reward=items.reward, done=items.done,
         avail=jnp.ones((80, 2, 3), bool), world_state=jnp.zeros((80, 1)), next_obs=items.obs,
         next_avail=jnp.ones((80, 2, 3), bool), next_world_state=jnp.zeros((80, 1)),

@@ -488,7 +488,7 @@ def _random_batch(aenv, steps, envs_, seeds, start=None):
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))  # traced once per shape
 def _random_play_of_seeds(aenv, steps, envs_, seeds, start):
-    from jaxmarl_llm.learners.base import random_play
+    from jaxmarl_llm.learners.acting import random_play
 
     play = lambda key: random_play(aenv, key, envs_, steps, start)  # noqa: E731
     return jax.vmap(play)(jax.random.split(jax.random.PRNGKey(3), seeds))

@@ -16,7 +16,8 @@ from jaxmarl_llm.methods.lca import LCAConfig, potential_rewards, prepare
 from jaxmarl_llm.methods.lca.labels import TextQuery, backend_labels, heuristic_labels
 from jaxmarl_llm.methods.lca.pairs import sample_transitions
 from jaxmarl_llm.methods.lca.potential import role_groups
-from jaxmarl_llm.shaping.base import TransitionBatch, shaped_reward
+from jaxmarl_llm.shaper import shaped_reward
+from jaxmarl_llm.transitions import TransitionBatch
 
 SMALL = dict(num_pairs=600, fit_steps=800, batch_size=128, rollout_envs=8, hidden=[32])
 
@@ -152,7 +153,7 @@ def test_lca_needs_a_credit_env():
 
 def test_heuristic_potential_shaper_is_the_scaled_heuristic_difference():
     from jaxmarl_llm.methods.handcrafted import heuristic_potential_shaper
-    from jaxmarl_llm.shaping.base import CombineMode
+    from jaxmarl_llm.shaper import CombineMode
 
     env = _env()
     shaper = heuristic_potential_shaper(env, CombineMode.add, 1.0, scale=0.5)

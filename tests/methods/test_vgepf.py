@@ -23,7 +23,7 @@ pytest.importorskip("tokenizers")
 
 import envs  # noqa: E402
 from envs.football.render import render  # noqa: E402
-from jaxmarl_llm.learners.base import random_play  # noqa: E402
+from jaxmarl_llm.learners.acting import random_play  # noqa: E402
 from jaxmarl_llm.lm.backend import Backend, Completion  # noqa: E402
 from jaxmarl_llm.lm.parsers import ParseError  # noqa: E402
 from jaxmarl_llm.methods.vgepf import (  # noqa: E402

@@ -25,7 +25,8 @@ from jaxmarl_llm.methods.xt import (
 )
 from jaxmarl_llm.methods.xt.events import PASS, Pending, add_events
 from jaxmarl_llm.methods.xt.grid import NX, NY, expected_threat, zone_index
-from jaxmarl_llm.shaping.base import TransitionBatch, identity_shaper
+from jaxmarl_llm.shaping.builtin import identity_shaper
+from jaxmarl_llm.transitions import TransitionBatch
 
 COUNTER = "football:academy_counterattack_easy"
 

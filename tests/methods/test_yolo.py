@@ -72,7 +72,8 @@ def test_team_sum_gives_every_agent_the_sum_of_all_bonuses(jit, monkeypatch):
     """combine=team_sum (Algorithm 1's R = r + sum_i delta r_i) against per_agent, through
     the shaper the learners call."""
     from jaxmarl_llm.methods.yolo import shaper as yolo_module
-    from jaxmarl_llm.shaping.base import TransitionBatch, shaped_reward
+    from jaxmarl_llm.shaper import shaped_reward
+    from jaxmarl_llm.transitions import TransitionBatch
 
     aenv = envs.make_array_env(ENV)
     tasks, plan = _reference_plan(aenv)
@@ -359,7 +360,7 @@ def compute_reward(processed_state, llm_tasks, tasks):
 def test_the_reward_ablation_uses_the_models_reward_function(tmp_path, caplog):
     from jaxmarl_llm.lm.server import serve
     from jaxmarl_llm.methods.yolo.shaper import yolo_shaper
-    from jaxmarl_llm.shaping.base import TransitionBatch
+    from jaxmarl_llm.transitions import TransitionBatch
 
     def answer(prompt):
         if "previous answer was rejected" in prompt:

@@ -45,7 +45,7 @@ from jaxmarl_llm.lm.teachers import PairLabels, TeacherNoise, agent_rankings, pa
 from jaxmarl_llm.methods.dpm.config import DPMConfig
 from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features, ensemble_reward
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
-from jaxmarl_llm.shaping.base import TransitionBatch
+from jaxmarl_llm.transitions import TransitionBatch
 
 TIE_MARGIN = 1e-3  # segment values closer than this are "equally preferable" (#0)
 EVAL_QUERIES = 100  # held-out queries of each kind per round (appendix B.1 uses 100 pairs)

@@ -22,7 +22,8 @@ from flax import struct
 from envs.array_env import ArrayEnv
 from jaxmarl_llm.methods.dpm.config import DPMConfig
 from jaxmarl_llm.preferences.models import RewardModel
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+from jaxmarl_llm.shaper import CombineMode, Shaper
+from jaxmarl_llm.transitions import TransitionBatch
 
 
 @struct.dataclass

@@ -35,13 +35,14 @@ from jaxmarl_llm.lm.labeling import (
 )
 from jaxmarl_llm.lm.teachers import TeacherNoise, repeated_pair_preferences
 from jaxmarl_llm.methods.lca.answers import TeamGoal, parse_pair_choice
-from jaxmarl_llm.methods.lca.pairs import Transitions, both_states
+from jaxmarl_llm.methods.lca.pairs import both_states
 from jaxmarl_llm.methods.lca.team_goal import goal_fields
+from jaxmarl_llm.transitions import TransitionBatch
 
 TEMPLATE = "lca_pair_ranking"
 
 
-def heuristic_values(env: CreditAssignmentEnv, t: Transitions) -> tuple[jax.Array, jax.Array]:
+def heuristic_values(env: CreditAssignmentEnv, t: TransitionBatch) -> tuple[jax.Array, jax.Array]:
     """``(phi(s), phi(s'))``, ``[M, N]`` each."""
     return both_states(env.heuristic_potential, t)
 
@@ -49,7 +50,7 @@ def heuristic_values(env: CreditAssignmentEnv, t: Transitions) -> tuple[jax.Arra
 def heuristic_labels(
     env: CreditAssignmentEnv,
     key: chex.PRNGKey,
-    t: Transitions,
+    t: TransitionBatch,
     accuracy: float = 1.0,
     num_queries: int = 1,
 ) -> tuple[jax.Array, jax.Array]:
@@ -97,7 +98,7 @@ def pair_prompt(
 def backend_labels(
     env: CreditAssignmentEnv,
     backend: Backend,
-    t: Transitions,
+    t: TransitionBatch,
     query: TextQuery,
     seed: int = 0,
     policy: LabelingPolicy | None = None,

@@ -25,7 +25,6 @@ from jaxmarl_llm import preferences as prefs
 from jaxmarl_llm.methods.lca.config import LCAConfig
 from jaxmarl_llm.methods.lca.labels import label_accuracy
 from jaxmarl_llm.methods.lca.on_path import model_score, on_path_agreement
-from jaxmarl_llm.methods.lca.pairs import Transitions
 from jaxmarl_llm.methods.lca.pipeline import (
     ON_PATH_SEED,
     PairData,
@@ -36,7 +35,7 @@ from jaxmarl_llm.methods.lca.pipeline import (
     pair_data,
     save_pairs,
 )
-from jaxmarl_llm.shaping.base import TransitionBatch
+from jaxmarl_llm.transitions import TransitionBatch
 
 
 class LCAFeedback:
@@ -83,12 +82,12 @@ class LCAFeedback:
             out.append(self._rounds[k])
         return out
 
-    def _sample(self, key: jax.Array, batch: TransitionBatch, seeds: int) -> Transitions:
+    def _sample(self, key: jax.Array, batch: TransitionBatch, seeds: int) -> TransitionBatch:
         """``ceil(online_pairs / N)`` transitions per seed, uniformly over the batch."""
         n = math.ceil(self.cfg.online_pairs / self.env.num_agents)
         flat = jax.tree.map(
             lambda x: x.reshape(seeds, -1, *x.shape[3:]),
-            Transitions(batch.state, batch.actions, batch.next_state),
+            TransitionBatch(actions=batch.actions, state=batch.state, next_state=batch.next_state),
         )
         available = flat.actions.shape[1]
         if n > available:

@@ -25,57 +25,53 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from envs.array_env import ArrayEnv, ArrayEnvState
 from envs.capabilities import ScriptedPolicy, require
 from envs.credit import map_states
+from jaxmarl_llm.learners.acting import random_actions, step_envs, unroll
+from jaxmarl_llm.transitions import TransitionBatch
 
 
-@struct.dataclass
-class Transitions:
-    state: Any  # env state pytree, leaves [M, ...]
-    actions: jax.Array  # [M, N] int32
-    next_state: Any  # env state pytree (pre-reset), leaves [M, ...]
-
-
-def both_states(fn, t: Transitions) -> tuple[Any, Any]:
+def both_states(fn, t: TransitionBatch) -> tuple[Any, Any]:
     """``(fn(s), fn(s'))`` of every transition (``fn`` of one state, e.g. the env's
     ``heuristic_potential`` or ``agent_features``), leaves ``[M, ...]``."""
     m = t.actions.shape[0]
     return map_states(fn, t.state, (m,)), map_states(fn, t.next_state, (m,))
 
 
-def _concat(a: Transitions, b: Transitions) -> Transitions:
+def _concat(a: TransitionBatch, b: TransitionBatch) -> TransitionBatch:
     return jax.tree.map(lambda x, y: jnp.concatenate([x, y]), a, b)
 
 
-def _take(t: Transitions, index: jax.Array) -> Transitions:
+def _take(t: TransitionBatch, index: jax.Array) -> TransitionBatch:
     return jax.tree.map(lambda x: x[index], t)
 
 
 def rollout_transitions(
     env: ArrayEnv, key: chex.PRNGKey, num_envs: int, steps: int, epsilon: float | None = None
-) -> Transitions:
+) -> TransitionBatch:
     """Every step of ``num_envs`` rollouts of ``steps`` steps ([steps * num_envs]): random
     play, or with ``epsilon`` the env's scripted policy (``greedy_actions``), each agent
     taking a random legal action with probability ``epsilon``."""
     k_reset, k_run = jax.random.split(key)
     _, state = jax.vmap(env.reset)(jax.random.split(k_reset, num_envs))
+    if epsilon is not None:
+        policy = require(env, ScriptedPolicy, needed_by="scripted rollouts")
 
-    def step(state, k):
-        k_act, k_env = jax.random.split(k)
-        avail = jax.vmap(env.avail_actions)(state)
-        actions = jax.vmap(env.random_actions)(jax.random.split(k_act, num_envs), avail)
+    def step(state, t, k_act, k_env):
+        actions = random_actions(env, state, k_act)
         if epsilon is not None:
-            policy = require(env, ScriptedPolicy, needed_by="scripted rollouts")
             greedy = jax.vmap(policy.greedy_actions)(state.env_state).astype(actions.dtype)
             explore = jax.random.uniform(jax.random.fold_in(k_act, 1), actions.shape) < epsilon
             actions = jnp.where(explore, actions, greedy)
-        res = jax.vmap(env.step)(jax.random.split(k_env, num_envs), state, actions)
-        return res.state, Transitions(state.env_state, actions, res.terminal_env_state)
+        res = step_envs(env, state, actions, k_env)
+        record = TransitionBatch(
+            actions=actions, state=state.env_state, next_state=res.terminal_env_state
+        )
+        return res.state, record
 
-    _, traj = jax.lax.scan(step, state, jax.random.split(k_run, steps))
+    traj = unroll(step, state, k_run, steps)[2]
     return jax.tree.map(lambda x: x.reshape((steps * num_envs, *x.shape[2:])), traj)
 
 
@@ -86,7 +82,7 @@ def _random_actions(env: ArrayEnv, key: chex.PRNGKey, env_state: Any) -> jax.Arr
     return env.random_actions(key, env.avail_actions(wrapped))
 
 
-def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitions:
+def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> TransitionBatch:
     """``num`` random states (``env.env.random_state``), each followed by one random step."""
     raw = env.env
     k_state, k_act, k_step = jax.random.split(key, 3)
@@ -101,12 +97,12 @@ def uniform_transitions(env: ArrayEnv, key: chex.PRNGKey, num: int) -> Transitio
         return s2
 
     next_states = jax.vmap(one)(jax.random.split(k_step, num), states, actions)
-    return Transitions(states, actions, next_states)
+    return TransitionBatch(actions=actions, state=states, next_state=next_states)
 
 
 def completion_transitions(
     env: ArrayEnv, key: chex.PRNGKey, num_envs: int, horizon: int
-) -> tuple[Transitions, jax.Array]:
+) -> tuple[TransitionBatch, jax.Array]:
     """Random play of ``num_envs`` envs for ``horizon`` steps with no step limit, each env
     reset only when the task is completed: ``(transitions [horizon * num_envs], completed
     [horizon * num_envs] bool)``, ``completed`` marking the steps of trajectories that
@@ -122,7 +118,7 @@ def completion_transitions(
         won = env.won(s2)
         _, fresh = raw.reset(k_reset)
         nxt = jax.tree.map(lambda x, y: jnp.where(won, x, y), fresh, s2)
-        return nxt, (Transitions(s, a, s2), won)
+        return nxt, (TransitionBatch(actions=a, state=s, next_state=s2), won)
 
     def step(state, k):
         return jax.vmap(one)(jax.random.split(k, num_envs), state)
@@ -142,7 +138,7 @@ def sample_transitions(
     num_envs: int = 64,
     epsilon: float = 0.3,
     horizon: int = 4096,
-) -> Transitions:
+) -> TransitionBatch:
     """``num`` sequential state pairs drawn without replacement from ``source``
     (``horizon``: the steps each env plays for ``completion``)."""
     if source == "scripted":
@@ -168,7 +164,7 @@ def sample_transitions(
 @functools.partial(jax.jit, static_argnames=("env", "num", "num_envs", "horizon"))
 def _sample_completed(
     env: ArrayEnv, key: chex.PRNGKey, num: int, num_envs: int, horizon: int
-) -> tuple[Transitions, jax.Array]:
+) -> tuple[TransitionBatch, jax.Array]:
     k_roll, k_pick = jax.random.split(key)
     pool, completed = completion_transitions(env, k_roll, num_envs, horizon)
     p = completed / jnp.maximum(completed.sum(), 1)
@@ -179,7 +175,7 @@ def _sample_completed(
 @functools.partial(jax.jit, static_argnames=("env", "num", "source", "num_envs", "epsilon"))
 def _sample(
     env: ArrayEnv, key: chex.PRNGKey, num: int, source: str, num_envs: int, epsilon: float
-) -> Transitions:
+) -> TransitionBatch:
     k_roll, k_uni, k_pick = jax.random.split(key, 3)
     num_rollout = {"rollout": num, "scripted": num, "uniform": 0, "mixed": num // 2}[source]
     parts = []

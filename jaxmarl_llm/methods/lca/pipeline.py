@@ -40,9 +40,10 @@ from jaxmarl_llm.methods.lca.labels import (
     label_accuracy,
 )
 from jaxmarl_llm.methods.lca.on_path import model_score, on_path_agreement
-from jaxmarl_llm.methods.lca.pairs import Transitions, both_states, sample_transitions
+from jaxmarl_llm.methods.lca.pairs import both_states, sample_transitions
 from jaxmarl_llm.methods.lca.potential import PotentialParams, role_groups
 from jaxmarl_llm.methods.lca.team_goal import GOAL_FILE, infer_team_goal
+from jaxmarl_llm.transitions import TransitionBatch
 
 ARTIFACT_VERSION = 2  # 2: pairs.npz holds the features (online rounds refit on them)
 ON_PATH_SEED = 0  # the same scripted starts for every run's on-path agreement
@@ -128,7 +129,7 @@ def label_transitions(
     env: ArrayEnv,
     cfg: LCAConfig,
     key: jax.Array,
-    t: Transitions,
+    t: TransitionBatch,
     seed: int,
     artifact_dir: Path | None,
     progress: bool,
@@ -184,7 +185,7 @@ def collect_labels(
     seed: int,
     artifact_dir: Path | None,
     progress: bool,
-) -> tuple[Transitions, np.ndarray, np.ndarray, dict[str, Any]]:
+) -> tuple[TransitionBatch, np.ndarray, np.ndarray, dict[str, Any]]:
     num_transitions = math.ceil(cfg.num_pairs / env.num_agents)
     k_pairs, k_labels = jax.random.split(key)
     t = sample_transitions(
@@ -215,7 +216,7 @@ class PairData:
 
 
 def pair_data(
-    env: CreditAssignmentEnv, t: Transitions, conf: np.ndarray, count: np.ndarray
+    env: CreditAssignmentEnv, t: TransitionBatch, conf: np.ndarray, count: np.ndarray
 ) -> PairData:
     f, f_next = both_states(env.agent_features, t)
     phi, phi_next = heuristic_values(env, t)

@@ -16,7 +16,8 @@ from flax import struct
 
 from envs.credit import CreditAssignmentEnv, map_states
 from jaxmarl_llm.preferences.models import RewardModel
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+from jaxmarl_llm.shaper import CombineMode, Shaper
+from jaxmarl_llm.transitions import TransitionBatch
 
 
 @struct.dataclass

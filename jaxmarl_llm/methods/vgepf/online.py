@@ -49,7 +49,7 @@ from jaxmarl_llm.methods.vgepf.potential import (
 )
 from jaxmarl_llm.methods.vgepf.select import Records, Selector, SkillChoice
 from jaxmarl_llm.methods.vgepf.skills import SKILL_NAMES, skill_index
-from jaxmarl_llm.shaping.base import TransitionBatch
+from jaxmarl_llm.transitions import TransitionBatch
 from jaxmarl_llm.vision.clip import LoadedCLIP
 
 EMBED_CHUNK = 64  # states per image-tower call on the host (one compilation per size)

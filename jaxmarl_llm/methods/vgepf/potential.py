@@ -34,7 +34,8 @@ from flax import struct
 from envs.football.render import render
 from jaxmarl_llm.methods.vgepf.clip_model import instruction_embeddings
 from jaxmarl_llm.methods.vgepf.skills import skill, skill_index
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch, potential_difference
+from jaxmarl_llm.shaper import CombineMode, Shaper, potential_difference
+from jaxmarl_llm.transitions import TransitionBatch
 from jaxmarl_llm.vision.clip import CLIPConfig, LoadedCLIP, encode_image, fit_images
 
 # what the image tower reads of the CLIP parameters (the text tower stays on the host)

@@ -30,7 +30,7 @@ from jaxmarl_llm.methods.vgepf.select import (
     ScriptedSelector,
     Selector,
 )
-from jaxmarl_llm.shaping.base import CombineMode, Shaper
+from jaxmarl_llm.shaper import CombineMode, Shaper
 from jaxmarl_llm.vision.clip import LoadedCLIP
 
 
@@ -72,7 +72,7 @@ def first_normalisation(env, cfg: VGEPFConfig, clip: LoadedCLIP, params, seed: i
     states), standing in for the first epoch of the untrained policy."""
     if not cfg.normalise or cfg.normalise_steps == 0:
         return params
-    from jaxmarl_llm.learners.base import random_play
+    from jaxmarl_llm.learners.acting import random_play
 
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 0x6E9F)
     batch = jax.jit(random_play, static_argnums=(0, 2, 3))(

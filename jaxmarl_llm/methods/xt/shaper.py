@@ -29,7 +29,8 @@ from envs.football import FootballState
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.methods.xt.events import team_zone
 from jaxmarl_llm.methods.xt.gridfile import load_grid
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch, potential_difference
+from jaxmarl_llm.shaper import CombineMode, Shaper, potential_difference
+from jaxmarl_llm.transitions import TransitionBatch
 
 
 class OpponentRule(str, Enum):

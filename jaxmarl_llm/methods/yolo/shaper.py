@@ -46,7 +46,8 @@ from jaxmarl_llm.errors import RunError
 from jaxmarl_llm.methods.yolo import lbf, mpe, smax
 from jaxmarl_llm.methods.yolo.noisy_plan import noisy_planning
 from jaxmarl_llm.methods.yolo.sandbox import UnsafeCode, compile_function, compile_with_retries
-from jaxmarl_llm.shaping.base import CombineMode, Shaper, TransitionBatch
+from jaxmarl_llm.shaper import CombineMode, Shaper
+from jaxmarl_llm.transitions import TransitionBatch
 
 logger = logging.getLogger(__name__)
 

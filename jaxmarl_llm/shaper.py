@@ -1,4 +1,4 @@
-"""The reward-shaping interface every learner uses.
+"""The shaper a learner is given, and how its output becomes the training reward.
 
 A shaper is a pure function ``apply(params, batch) -> [..., N]`` of a batch of
 transitions. It runs inside the rollout scan (on-policy learners) or when a batch is
@@ -6,6 +6,9 @@ sampled from the replay buffer (off-policy learners), so a reward model whose
 parameters change during training re-scores old transitions without a relabel pass.
 Labels, trained reward-model parameters, lookup tables and embeddings all travel in
 ``params``; the function itself is fixed at trace time.
+
+It sits below the learners and ``shaping/`` (which builds shapers by name and re-exports
+these names): a learner reads only this contract.
 """
 
 from __future__ import annotations
@@ -19,40 +22,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxmarl_llm.transitions import ALL_FIELDS, TransitionBatch
+
 
 class CombineMode(str, Enum):
     """How the shaper's output meets the env reward."""
 
     add = "add"  # env_reward + coef * shaped
     replace = "replace"  # coef * shaped
-
-
-@struct.dataclass
-class TransitionBatch:
-    """Transitions with any leading batch shape ``[...]``.
-
-    Fields a shaper did not ask for (see ``Shaper.fields``) may be ``None`` when the
-    batch comes from a replay buffer, which stores only what the shaper reads.
-    """
-
-    obs: jax.Array | None  # [..., N, D]
-    actions: jax.Array | None  # [..., N] int
-    next_obs: jax.Array | None  # [..., N, D], true next observation (pre-reset)
-    reward: jax.Array  # [..., N] env reward
-    done: jax.Array  # [...] bool, episode ended at this step
-    state: Any = None  # env state pytree, leaves [..., ...]
-    next_state: Any = None  # true next env state (pre-reset)
-    # [..., S] float32: the centralized state of ``state`` and of ``next_state`` as one
-    # vector (``ArrayEnv.state_vector``). A reward model of the state reads these: one
-    # small array per step to store and sample, and computed once per collected step
-    # instead of at every sample of it.
-    world_state: jax.Array | None = None
-    next_world_state: jax.Array | None = None
-
-
-ALL_FIELDS = (
-    "obs", "actions", "next_obs", "state", "next_state", "world_state", "next_world_state"
-)  # fmt: skip
 
 
 @struct.dataclass
@@ -123,22 +100,6 @@ def potential_difference(
     every agent of ``reward [..., N]``), with ``phi(s') = 0`` where the episode ended."""
     f = gamma * jnp.where(done, 0.0, phi_next) - phi
     return jnp.broadcast_to(f[..., None], reward.shape)
-
-
-def identity_shaper() -> Shaper:
-    """Train on the env reward unchanged (the default)."""
-    return Shaper(apply=lambda params, batch: jnp.zeros_like(batch.reward), name="identity")
-
-
-def constant_shaper(value: float, mode: CombineMode = CombineMode.add, coef: float = 1.0) -> Shaper:
-    """Adds (or replaces the reward with) ``coef * value`` on every step; ``value`` is a param."""
-    return Shaper(
-        apply=lambda params, batch: jnp.full_like(batch.reward, params),
-        params=jnp.asarray(value, jnp.float32),
-        mode=CombineMode(mode),
-        coef=coef,
-        name="constant",
-    )
 
 
 def team_reward(reward: jax.Array, how: str = "sum") -> jax.Array:

@@ -1,4 +1,7 @@
-"""Acting in parallel auto-resetting envs: the one unroll every env-stepping loop runs.
+"""Acting in parallel auto-resetting envs: the one unroll of every fixed-length
+env-stepping loop (PPO's and the off-policy rollouts, ``Learner.collect``, random play,
+LCA's pair rollouts). Greedy evaluation, which runs until every env's first episode has
+ended, steps its envs with the same ``step_envs``.
 
 A loop is ``unroll(step, carry, key, num_steps)``: a ``lax.scan`` of ``step(carry, t,
 act_key, env_key) -> (carry, record)``, where the step picks actions with the acting key,

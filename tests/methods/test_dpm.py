@@ -859,7 +859,11 @@ def test_overrides_may_follow_the_options(monkeypatch):
     calls = []
     monkeypatch.setattr(figures, "run_figure", lambda *a: calls.append(a))
     figures.main(["main", "--maps", "3m", "8m", "--only", "DPM", "seed=1"])
-    assert calls == [("main", ["3m", "8m"], ["seed=1"], False, "DPM")]
+    figures.main(["dual", "--maps", "2m_vs_1z", "--report", "--quiet"])
+    assert calls == [
+        ("main", ["3m", "8m"], ["seed=1"], False, "DPM", False),
+        ("dual", ["2m_vs_1z"], [], True, None, True),
+    ]
 
 
 def test_trajectory_prompts_describe_the_window_they_show(smax):

@@ -16,28 +16,18 @@ from __future__ import annotations
 import pathlib
 
 from jaxmarl_llm.lm.gguf import GGUFFamily, TensorLayout
+from jaxmarl_llm.lm.gguf.family import BLOCK_TENSORS, WHOLE_TENSORS
 
 from .config import INSTALL_HINT, GemmaConfig, GemmaWeightsError
 
 TENSOR_LAYOUT = TensorLayout(
-    whole={
-        "embed/embedding": "token_embd.weight",  # [vocab, d_model]; also the output head
-        "final_norm/scale": "output_norm.weight",
-    },
+    whole=WHOLE_TENSORS,  # the embedding is also the output head
     per_layer={
-        "pre_attn_norm/scale": "attn_norm.weight",
+        **BLOCK_TENSORS,
         "post_attn_norm/scale": "post_attention_norm.weight",
-        "pre_ffw_norm/scale": "ffn_norm.weight",
         "post_ffw_norm/scale": "post_ffw_norm.weight",
         "attn/q_norm/scale": "attn_q_norm.weight",
         "attn/k_norm/scale": "attn_k_norm.weight",
-        "attn/q/kernel": "attn_q.weight",
-        "attn/k/kernel": "attn_k.weight",
-        "attn/v/kernel": "attn_v.weight",
-        "attn/o/kernel": "attn_output.weight",
-        "mlp/gate/kernel": "ffn_gate.weight",
-        "mlp/up/kernel": "ffn_up.weight",
-        "mlp/down/kernel": "ffn_down.weight",
     },
 )
 

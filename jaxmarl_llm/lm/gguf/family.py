@@ -12,6 +12,20 @@ import numpy as np
 
 from .errors import GGUFWeightsError
 
+# llama.cpp's names of the tensors every pre-norm decoder block has (after ``blk.N.``)
+WHOLE_TENSORS = {"embed/embedding": "token_embd.weight", "final_norm/scale": "output_norm.weight"}
+BLOCK_TENSORS = {
+    "pre_attn_norm/scale": "attn_norm.weight",
+    "pre_ffw_norm/scale": "ffn_norm.weight",
+    "attn/q/kernel": "attn_q.weight",
+    "attn/k/kernel": "attn_k.weight",
+    "attn/v/kernel": "attn_v.weight",
+    "attn/o/kernel": "attn_output.weight",
+    "mlp/gate/kernel": "ffn_gate.weight",
+    "mlp/up/kernel": "ffn_up.weight",
+    "mlp/down/kernel": "ffn_down.weight",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorLayout:

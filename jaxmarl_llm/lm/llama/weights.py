@@ -27,6 +27,7 @@ import pathlib
 import numpy as np
 
 from jaxmarl_llm.lm.gguf import GGUFFamily, TensorLayout
+from jaxmarl_llm.lm.gguf.family import BLOCK_TENSORS, WHOLE_TENSORS
 
 from .config import INSTALL_HINT, LlamaConfig, LlamaWeightsError
 
@@ -72,20 +73,10 @@ def permute_rope_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 def tensor_layout(cfg: LlamaConfig) -> TensorLayout:
     """Where a llama-family GGUF's tensors go: an ``lm_head`` only for an untied output,
     q/k/v biases where the file has them, q/k rows unpermuted for ``llama`` files."""
-    whole = {"embed/embedding": "token_embd.weight", "final_norm/scale": "output_norm.weight"}
+    whole = dict(WHOLE_TENSORS)
     if not cfg.tie_embeddings:
         whole["lm_head/kernel"] = "output.weight"
-    per_layer = {
-        "pre_attn_norm/scale": "attn_norm.weight",
-        "pre_ffw_norm/scale": "ffn_norm.weight",
-        "attn/q/kernel": "attn_q.weight",
-        "attn/k/kernel": "attn_k.weight",
-        "attn/v/kernel": "attn_v.weight",
-        "attn/o/kernel": "attn_output.weight",
-        "mlp/gate/kernel": "ffn_gate.weight",
-        "mlp/up/kernel": "ffn_up.weight",
-        "mlp/down/kernel": "ffn_down.weight",
-    }
+    per_layer = dict(BLOCK_TENSORS)
     if cfg.qkv_bias:
         per_layer |= {f"attn/{p}/bias": f"attn_{p}.bias" for p in "qkv"}
     if cfg.architecture != "llama":

@@ -5,8 +5,8 @@
 The refit of the last feedback round: 3 members x ``fit_steps`` Adam steps on full
 datasets (``rounds x`` 75 segment pairs and 75 agent rankings per seed), vmapped over
 ``--seeds``, with the reward net DPM uses (``reward_model``: state and next state encoded
-once per step) and with every agent encoding its own copy of them (``agent_shared_blocks=0``,
-the code before 2026-11-25). Features are random; the state blocks are broadcast over
+once per step) and with every agent encoding its own copy of them (``agent_shared_blocks=0``).
+Features are random; the state blocks are broadcast over
 agents as ``batch_features`` builds them. Reports compile and best-of-``--repeats`` times.
 """
 

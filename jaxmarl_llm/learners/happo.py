@@ -100,6 +100,8 @@ def check_config(cfg) -> None:
             bad(key, getattr(cfg, key), "must be > 0")
     if cfg.critic_lr is not None and cfg.critic_lr <= 0:
         bad("critic_lr", cfg.critic_lr, "must be > 0 (null = algo.lr)")
+    if cfg.team_reward not in ("none", "sum", "mean"):
+        bad("team_reward", cfg.team_reward, "none, sum or mean")
     units = cfg.num_envs * cfg.num_steps
     if units % cfg.num_minibatches:
         raise ConfigError(

@@ -36,3 +36,6 @@ class OnPolicyConfig:
     normalize_advantages: bool = True  # standardised (PPO: per minibatch; HAPPO: rollout)
     # EPyMARL's standardise_rewards: rewards (env + shaping) by running mean/std, before GAE
     standardize_rewards: bool = False
+    # none: agent i trains on its own (shaped) reward; sum or mean: every agent trains on
+    # the team's, its agents' shaped rewards reduced (EPyMARL's common_reward)
+    team_reward: str = "none"

@@ -44,7 +44,7 @@ from jaxmarl_llm.learners.running_stats import (
     update_running_stats,
 )
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
-from jaxmarl_llm.shaper import Shaper, potential_shaping, shaped_reward
+from jaxmarl_llm.shaper import Shaper, potential_shaping, shaped_reward, team_reward
 from jaxmarl_llm.transitions import TransitionBatch
 
 
@@ -227,6 +227,8 @@ def check_config(cfg) -> None:
             f"bad value for config key 'algo.num_minibatches': {cfg.num_minibatches} does not "
             f"divide {what} = {units}"
         )
+    if cfg.team_reward not in ("none", "sum", "mean"):
+        bad("team_reward", cfg.team_reward, "none, sum or mean")
     returns = getattr(cfg, "returns", "gae")
     if returns not in ("gae", "nstep"):
         bad("returns", returns, "gae or nstep")
@@ -534,6 +536,10 @@ class PPO(LearnerParts):
         else:
             batch = step_transitions(self.env, s.obs, step.action, s.env_state, res, self.needs)
             reward = shaped_reward(self.shaper, s.shaper_params, batch)
+        if self.cfg.team_reward != "none":
+            reward = jnp.broadcast_to(
+                team_reward(reward, self.cfg.team_reward)[..., None], reward.shape
+            )
         step = step.replace(reward=reward)
         return (s_next, phi), (step, res.done, res.info)
 

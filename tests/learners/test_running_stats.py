@@ -52,3 +52,38 @@ def test_ppo_standardizes_the_training_reward_it_sees():
     np.testing.assert_allclose(states[True].reward_stats.count, 2 * 4 * 4 * 2, rtol=1e-5)
     np.testing.assert_allclose(states[False].reward_stats.count, 1e-4)
     assert np.isfinite(float(states[True].reward_stats.mean))
+
+
+def test_team_reward_gives_every_agent_the_reduced_shaped_reward():
+    """With team_reward sum each agent's training reward is the sum over agents of the
+    per-agent shaped rewards of the same rollout (EPyMARL's common reward)."""
+    import envs
+    from jaxmarl_llm.learners.ppo import PPO, PPOConfig
+    from jaxmarl_llm.shaper import Shaper
+
+    env = envs.make_array_env("matrix:penalty")
+    # agent i's bonus depends on its action and index: the agents' rewards differ
+    by_agent = Shaper(apply=lambda p, b: (b.actions + 1.0) * jnp.arange(1.0, 3.0), name="by_agent")
+    rewards = {}
+    for how in ("none", "sum"):
+        cfg = PPOConfig(
+            name="mappo", num_envs=4, num_steps=8, total_timesteps=32, num_minibatches=2,
+            hidden_sizes=[8], team_reward=how,
+        )  # fmt: skip
+        ppo = PPO(cfg, env, by_agent)
+        rewards[how] = np.asarray(
+            jax.jit(lambda k, p=ppo: p.rollout(p.init(k))[2].reward)(jax.random.PRNGKey(0))
+        )
+    own = rewards["none"]
+    assert (own[..., 0] != own[..., 1]).any()
+    np.testing.assert_allclose(rewards["sum"], np.repeat(own.sum(-1, keepdims=True), 2, -1))
+
+
+def test_an_unknown_team_reward_is_refused():
+    import pytest
+
+    from jaxmarl_llm.learners.ppo import PPOConfig, check_config
+
+    cfg = PPOConfig(name="mappo", team_reward="max")
+    with pytest.raises(Exception, match="team_reward"):
+        check_config(cfg)

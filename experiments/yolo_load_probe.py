@@ -87,7 +87,8 @@ def probe_arm(config: str, overrides: list[str], steps: int, seeds: int, chunk: 
         mean = lambda x, m: (x * m).sum() / jnp.maximum(m.sum(), 1.0)
         return {
             "p_load": mean(r["p_load"], w),
-            "p_load_both_adjacent": mean(r["p_load"], wb),
+            # NaN for a seed whose episodes never had both agents next to a food
+            "p_load_both_adjacent": jnp.where(wb.sum() > 0, mean(r["p_load"], wb), jnp.nan),
             "match": mean(r["match"].astype(jnp.float32), w),
             "return": (r["ret"] * r["alive"]).sum() / EPISODES,
         }
@@ -111,7 +112,7 @@ def probe_arm(config: str, overrides: list[str], steps: int, seeds: int, chunk: 
         points.append(point)
         print(
             f"  {point['env_steps']:>7} steps: P(LOAD) {np.mean(point['p_load']):.4f}, "
-            f"both adjacent {np.mean(point['p_load_both_adjacent']):.4f}, "
+            f"both adjacent {np.nanmean(point['p_load_both_adjacent']):.4f}, "
             f"match {np.mean(point['match']):.3f}, return {np.mean(point['return']):.3f}",
             flush=True,
         )

@@ -62,7 +62,8 @@ class DecoderLM:
     cache_dtype: Any = jnp.float32
 
     def empty_cache(self, batch: int, length: int) -> dict:
-        return self.init_cache(self.module.cfg, batch, length, self.cache_dtype)
+        cfg = getattr(self.module, "stack_cfg", self.module.cfg)  # the blocks it runs
+        return self.init_cache(cfg, batch, length, self.cache_dtype)
 
     def hidden(self, params, tokens, positions, valid, cache):
         """Final-norm hidden states ``[B, T, D]`` and the updated cache."""
@@ -90,11 +91,12 @@ def last_valid_index(valid: jax.Array) -> jax.Array:
 def prefill_prompts(
     lm: DecoderLM, params, prompt_tokens: jax.Array, prompt_valid: jax.Array, extra_slots: int
 ) -> tuple[jax.Array, dict]:
-    """Run the prompts into a cache with ``extra_slots`` free slots after them.
+    """Run the prompts (``[N, T]`` tokens, or ``[N, T, D]`` inputs of a decoder's top
+    blocks) into a cache with ``extra_slots`` free slots after them.
 
     Returns the prompts' last-token hidden states ``[N, D]`` and the cache.
     """
-    n, t = prompt_tokens.shape
+    n, t = prompt_tokens.shape[:2]
     cache = lm.empty_cache(n, t + extra_slots)
     positions = positions_from_valid(prompt_valid)
     hidden, cache = lm.hidden(params, prompt_tokens, positions, prompt_valid, cache)
@@ -126,20 +128,27 @@ def candidate_token_log_probs(
     prompt_valid: jax.Array,
     cand_tokens: jax.Array,
     cand_valid: jax.Array,
+    cand_inputs: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """``log P(w_k^j | prompt, w_k^<j)`` for every candidate token, ``[N, K, C]`` (0 at
     padding), and the prompts' last hidden states ``[N, D]``, from one prefill plus one
-    forward of all candidates against the tiled cache."""
+    forward of all candidates against the tiled cache.
+
+    Where ``lm`` is a decoder's top blocks, it reads the residual stream: ``prompt_tokens``
+    is ``[N, T, D]`` and ``cand_inputs [N, K, C, D]`` replaces the candidates' tokens as
+    its input (they stay the targets)."""
     n, k, c = cand_tokens.shape
+    cand_in = cand_tokens if cand_inputs is None else cand_inputs
     last_hidden, cache = prefill_prompts(lm, params, prompt_tokens, prompt_valid, c)
     first_token_logits = lm.logits(params, last_hidden)  # [N, V]
     first = gather_log_probs(first_token_logits[:, None, :], cand_tokens[:, :, 0])  # [N, K]
 
     prompt_length = prompt_valid.sum(axis=-1)
     flat_tokens = cand_tokens.reshape(n * k, c)
+    flat_in = cand_in.reshape(n * k, c, *cand_in.shape[3:])
     flat_valid = cand_valid.reshape(n * k, c)
     positions = positions_from_valid(flat_valid, jnp.repeat(prompt_length, k))
-    hidden, _ = lm.hidden(params, flat_tokens, positions, flat_valid, tile_cache(cache, k))
+    hidden, _ = lm.hidden(params, flat_in, positions, flat_valid, tile_cache(cache, k))
     # The last candidate position predicts whatever follows the action: not needed.
     rest = gather_log_probs(lm.logits(params, hidden[:, :-1]), flat_tokens[:, 1:])
     token_log_probs = jnp.concatenate([first[..., None], rest.reshape(n, k, c - 1)], axis=-1)

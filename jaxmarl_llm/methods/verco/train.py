@@ -46,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 from envs.capabilities import TextObservations, require
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners.registry import algo_spec
-from jaxmarl_llm.lm.lora import init_lora, load_adapters
+from jaxmarl_llm.lm.lora import init_lora, load_adapters, parse_lora_layers
 from jaxmarl_llm.methods.verco.losses import ppo_loss
 from jaxmarl_llm.methods.verco.models import PolicyModel, check_model_name, load_policy_model
 from jaxmarl_llm.methods.verco.policy import (
@@ -56,6 +56,15 @@ from jaxmarl_llm.methods.verco.policy import (
     pack_candidates,
     pack_prompts,
     prompt_features,
+)
+from jaxmarl_llm.methods.verco.trunk import (
+    TrunkCache,
+    TrunkEntry,
+    pack_entries,
+    split_lm,
+    top_action_log_probs,
+    top_prompt_features,
+    trunk_states,
 )
 
 log = logging.getLogger(__name__)
@@ -91,6 +100,10 @@ class VercoConfig:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_targets: list[str] = field(default_factory=lambda: ["q", "v"])
+    # both adapters' blocks: "all" (TWOSOME's and Verco's setting) or "last:K", the top K
+    # blocks over a frozen trunk whose states are computed once per prompt and kept
+    lora_layers: str = "all"
+    trunk_cache_mb: float = 1024.0  # bound on the kept trunk states (last:K)
     value_hidden: list[int] = field(default_factory=lambda: [1024, 512])
     max_prompt_tokens: int = 96
     # messages=student: the SFT-trained message adapter (experiments/verco_messages.py),
@@ -117,6 +130,12 @@ def check_config(cfg) -> None:
             "config key 'algo.messages' is 'none' but algo.name=verco exchanges messages; "
             "use algo.name=twosome for agents without messages"
         )
+    try:
+        parse_lora_layers(cfg.lora_layers, None)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if cfg.trunk_cache_mb < 0:
+        raise ConfigError("bad value for config key 'algo.trunk_cache_mb': must be >= 0")
     for key in ("total_timesteps", "num_envs", "num_steps", "update_epochs", "minibatch_size",
                 "lora_rank", "max_prompt_tokens"):  # fmt: skip
         if getattr(cfg, key) <= 0:
@@ -187,7 +206,8 @@ class StudentMessages:
                 "make one with experiments/verco_messages.py"
             )
         like = init_lora(jax.random.PRNGKey(0), model.params, tuple(cfg.lora_targets),
-                         int(cfg.lora_rank), float(cfg.lora_alpha))  # fmt: skip
+                         int(cfg.lora_rank), float(cfg.lora_alpha),
+                         layers=adapted_layers(cfg, model))  # fmt: skip
         try:
             lora = load_adapters(path, like)
         except ValueError as e:
@@ -200,6 +220,14 @@ class StudentMessages:
 
     def messages(self, obs_texts: list[str]) -> list[str]:
         return self.cache(obs_texts)
+
+
+def adapted_layers(algo, model: PolicyModel) -> int:
+    """The number of top blocks ``algo.lora_layers`` adapts in ``model``."""
+    try:
+        return parse_lora_layers(algo.lora_layers, model.lm.module.cfg.n_layers)
+    except ValueError as e:
+        raise ConfigError(f"{e} (algo.model={model.name})") from None
 
 
 MESSAGE_SOURCES: dict[str, Callable[[PolicyModel, Any], MessageSource]] = {
@@ -288,6 +316,8 @@ class Decisions:
     values: list[float] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
     returns: list[float] = field(default_factory=list)
+    # with algo.lora_layers=last:K, the trunk states of the prompts scored, by prompt
+    trunk: dict[str, TrunkEntry] = field(default_factory=dict)
 
 
 @dataclass
@@ -301,9 +331,12 @@ class Clock:
     update_s: float = 0.0
     text_s: float = 0.0
     # real token positions the rollout's model calls ran (prompts, and candidates where
-    # scored), batch-filling copies included
+    # scored), batch-filling copies included; a trunk pass counts as part of the scoring
+    # or critic call it serves, so both lora_layers settings count the same work
     lm_tokens: int = 0
     update_tokens: int = 0  # prompt and candidate positions of the update's minibatches
+    trunk_hits: int = 0  # prompts whose trunk states were kept (lora_layers=last:K)
+    trunk_misses: int = 0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -332,6 +365,12 @@ class LMPolicy:
         self.features: dict[str, np.ndarray] = {}  # frozen-base critic input, by prompt
         self.token_ids: dict[str, list[int]] = {}
         self.normalization = str(algo.normalization)
+        self.adapted_layers = adapted_layers(algo, model)
+        self.split = None  # lora_layers=all: every call runs the whole model
+        if self.adapted_layers < model.lm.module.cfg.n_layers:
+            self.split = split_lm(model.lm, self.adapted_layers)
+            self.trunk_params, self.top_params = self.split.params(model.params)
+            self.trunk_cache = TrunkCache(int(float(algo.trunk_cache_mb) * 2**20))
 
     # -- text to tokens --
     def tokens_of(self, prompt: str) -> list[int]:
@@ -351,11 +390,14 @@ class LMPolicy:
                             self.tokenizer.pad_id)  # fmt: skip
 
     def _fixed_batches(
-        self, prompts: list[str], fn, clock: Clock, scores_candidates: bool
-    ) -> list[np.ndarray]:
-        """``fn(tokens, valid)`` over ``prompts`` in batches of ``self.rows`` (the last
-        padded with copies of the first prompt), so one program serves every call and a
-        prompt's result does not depend on what it was batched with."""
+        self, prompts: list[str], fn, clock: Clock, scores_candidates: bool,
+        count_tokens: bool = True,
+    ) -> list:  # fmt: skip
+        """``fn(tokens, valid, batch_prompts)`` over ``prompts`` in batches of
+        ``self.rows`` (the last padded with copies of the first prompt), so one program
+        serves every call and a prompt's result does not depend on what it was batched
+        with. Per prompt: its row of ``fn``'s array, or a tuple of its rows of ``fn``'s
+        tuple of arrays."""
         out = []
         for i in range(0, len(prompts), self.rows):
             chunk = prompts[i : i + self.rows]
@@ -364,38 +406,97 @@ class LMPolicy:
             tokens, valid = self.packed(padded)
             clock.text_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-            result = np.asarray(fn(tokens, valid))
+            result = jax.device_get(fn(tokens, valid, padded))
             clock.lm_s += time.perf_counter() - t0
-            clock.lm_tokens += int(valid.sum()) + scores_candidates * self.rows * self.cand_size
-            out.extend(result[: len(chunk)])
+            if count_tokens:
+                clock.lm_tokens += int(valid.sum()) + scores_candidates * self.rows * self.cand_size
+            if isinstance(result, tuple):
+                out.extend(zip(*(np.asarray(r)[: len(chunk)] for r in result), strict=True))
+            else:
+                out.extend(np.asarray(result)[: len(chunk)])
         return out
 
-    def score_prompts(self, lora, prompts: list[str], clock: Clock) -> dict[str, np.ndarray]:
-        """``log pi`` over every action ``[A]`` (all available) of each prompt."""
+    def score_prompts(
+        self, lora, prompts: list[str], clock: Clock, keep: dict | None = None
+    ) -> dict[str, np.ndarray]:
+        """``log pi`` over every action ``[A]`` (all available) of each prompt. With a
+        trunk, the critic's features of the prompts come from the same call and their
+        trunk states are put in ``keep`` (the rollout's buffer) where given."""
         m = self.model
+        if self.split is None:
 
-        def score(tokens, valid):
-            return score_all_actions(
-                m.lm, self.normalization, m.params, lora, tokens, valid,
+            def score(tokens, valid, _):
+                return score_all_actions(
+                    m.lm, self.normalization, m.params, lora, tokens, valid,
+                    self.cand_tokens, self.cand_valid, self.word_counts,
+                )  # fmt: skip
+
+            rows = self._fixed_batches(prompts, score, clock, scores_candidates=True)
+            return dict(zip(prompts, rows, strict=True))
+
+        entries = self.trunk_entries(prompts, clock)
+        if keep is not None:
+            keep.update(entries)
+
+        def score_top(tokens, valid, batch_prompts):
+            states = pack_entries([entries[p] for p in batch_prompts], valid)
+            log_pi, features = score_all_actions_top(
+                self.split, self.normalization, self.top_params, lora, *states, valid,
                 self.cand_tokens, self.cand_valid, self.word_counts,
             )  # fmt: skip
+            for p, f in zip(batch_prompts, np.asarray(features), strict=True):
+                self.features.setdefault(p, f)
+            return log_pi
 
-        rows = self._fixed_batches(prompts, score, clock, scores_candidates=True)
+        rows = self._fixed_batches(prompts, score_top, clock, scores_candidates=True)
         return dict(zip(prompts, rows, strict=True))
 
-    def _base_features(self, tokens, valid):
+    def trunk_entries(self, prompts: list[str], clock: Clock) -> dict[str, TrunkEntry]:
+        """The trunk states of ``prompts``: kept ones from the cache, the rest computed
+        (and offered to the cache)."""
+        out, missing = {}, []
+        for p in dict.fromkeys(prompts):
+            entry = self.trunk_cache.get(self.tokens_of(p))
+            if entry is None:
+                missing.append(p)
+            else:
+                out[p] = entry
+        clock.trunk_hits += len(out)
+        clock.trunk_misses += len(missing)
+        if missing:
+
+            def run_trunk(tokens, valid, _):
+                prompt_states, cand_states = trunk_all_actions(
+                    self.split, self.trunk_params, tokens, valid, self.cand_tokens,
+                    self.cand_valid,
+                )  # fmt: skip
+                return prompt_states, valid, cand_states
+
+            rows = self._fixed_batches(missing, run_trunk, clock, False, count_tokens=False)
+            for p, (prompt_states, valid, cand_states) in zip(missing, rows, strict=True):
+                out[p] = TrunkEntry(prompt_states[valid], cand_states)
+                self.trunk_cache.put(self.tokens_of(p), out[p])
+        return out
+
+    def _base_features(self, tokens, valid, _):
         return base_features(self.model.lm, self.model.params, tokens, valid)
+
+    def _top_features(self, entries):
+        def features(tokens, valid, batch_prompts):
+            states, _ = pack_entries([entries[p] for p in batch_prompts], valid)
+            return top_features(self.split, self.top_params, states, valid)
+
+        return features
 
     def values(self, value_params, prompts: list[str], clock: Clock) -> np.ndarray:
         missing = list(dict.fromkeys(p for p in prompts if p not in self.features))
         if missing:
-            self.features.update(
-                zip(
-                    missing,
-                    self._fixed_batches(missing, self._base_features, clock, False),
-                    strict=True,
-                )
-            )
+            if self.split is None:
+                fn = self._base_features
+            else:
+                fn = self._top_features(self.trunk_entries(missing, clock))
+            rows = self._fixed_batches(missing, fn, clock, False)
+            self.features.update(zip(missing, rows, strict=True))
         feats = np.stack([self.features[p] for p in prompts])
         t0 = time.perf_counter()
         pad = (-len(prompts)) % self.rows  # fixed batch size: one program, same result per row
@@ -430,8 +531,44 @@ def base_features(lm, base_params, tokens, valid):
 
 
 @functools.partial(jax.jit, static_argnums=0)
+def trunk_all_actions(split, trunk_params, tokens, valid, cand_tokens, cand_valid):
+    """The trunk's states of every prompt and all actions after it."""
+    n = tokens.shape[0]
+    return trunk_states(split, trunk_params, tokens, valid, _tile(cand_tokens, n),
+                        _tile(cand_valid, n))  # fmt: skip
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def score_all_actions_top(split, normalization, top_params, lora, prompt_states, cand_states,
+                          valid, cand_tokens, cand_valid, word_counts):  # fmt: skip
+    """``log pi`` ``[N, A]`` over all actions from the trunk's states, and the critic's
+    features ``[N, D]`` (the top blocks without the adapter)."""
+    n = prompt_states.shape[0]
+    log_pi, _ = top_action_log_probs(
+        split, top_params, lora, prompt_states, valid, cand_states, _tile(cand_tokens, n),
+        _tile(cand_valid, n), jnp.ones((n, cand_tokens.shape[0]), bool), normalization,
+        _tile(word_counts, n),
+    )  # fmt: skip
+    return log_pi, top_prompt_features(split, top_params, prompt_states, valid)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def top_features(split, top_params, prompt_states, valid):
+    return top_prompt_features(split, top_params, prompt_states, valid)
+
+
+@functools.partial(jax.jit, static_argnums=0)
 def head_values(head, params, features):
     return head.apply(params, features)
+
+
+def _ppo_objective(head, settings, trainable, batch, log_pi):
+    _, clip_eps, value_coef, entropy_coef = settings
+    values = head.apply(trainable["value"], batch["features"])
+    adv = batch["advantages"]
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    return ppo_loss(log_pi, batch["actions"], batch["log_probs"], adv, values, batch["values"],
+                    batch["returns"], clip_eps, value_coef, entropy_coef)  # fmt: skip
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
@@ -439,21 +576,33 @@ def ppo_grad(lm, head, settings, base_params, trainable, batch, cand_tokens, can
              word_counts):  # fmt: skip
     """Loss, stats and gradient for ``trainable`` (``lora``, ``value``) on one minibatch;
     ``settings``: ``(normalization, clip_eps, value_coef, entropy_coef)``."""
-    normalization, clip_eps, value_coef, entropy_coef = settings
 
     def loss(trainable):
         n = batch["tokens"].shape[0]
         log_pi, _ = action_log_probs(
             lm, base_params, trainable["lora"], batch["tokens"], batch["valid"],
-            _tile(cand_tokens, n), _tile(cand_valid, n), batch["avail"], normalization,
+            _tile(cand_tokens, n), _tile(cand_valid, n), batch["avail"], settings[0],
             _tile(word_counts, n),
         )  # fmt: skip
-        values = head.apply(trainable["value"], batch["features"])
-        adv = batch["advantages"]
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        return ppo_loss(log_pi, batch["actions"], batch["log_probs"], adv, values,
-                        batch["values"], batch["returns"], clip_eps, value_coef,
-                        entropy_coef)  # fmt: skip
+        return _ppo_objective(head, settings, trainable, batch, log_pi)
+
+    return jax.value_and_grad(loss, has_aux=True)(trainable)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def ppo_grad_top(split, head, settings, top_params, trainable, batch, cand_tokens, cand_valid,
+                 word_counts):  # fmt: skip
+    """:func:`ppo_grad` from the trunk states the rollout kept (``batch["prompt_states"]``,
+    ``batch["cand_states"]``): the top blocks alone run, forward and backward."""
+
+    def loss(trainable):
+        n = batch["valid"].shape[0]
+        log_pi, _ = top_action_log_probs(
+            split, top_params, trainable["lora"], batch["prompt_states"], batch["valid"],
+            batch["cand_states"], _tile(cand_tokens, n), _tile(cand_valid, n), batch["avail"],
+            settings[0], _tile(word_counts, n),
+        )  # fmt: skip
+        return _ppo_objective(head, settings, trainable, batch, log_pi)
 
     return jax.value_and_grad(loss, has_aux=True)(trainable)
 
@@ -482,6 +631,10 @@ def masked_log_pi(log_pi_all: np.ndarray, avail: np.ndarray) -> np.ndarray:
     distribution ``masked_log_softmax`` gives from the scores."""
     x = np.where(avail, log_pi_all.astype(np.float64), -np.inf)
     return x - np.logaddexp.reduce(x[avail])
+
+
+def hit_rate(hits: int, misses: int) -> float:
+    return hits / (hits + misses) if hits + misses else float("nan")
 
 
 def entropy(log_pi: np.ndarray) -> float:
@@ -548,7 +701,8 @@ class Trainer:
     def init(self, seed_index: int) -> TrainState:
         k_lora, k_value, k_env = jax.random.split(self.seed_key(seed_index), 3)
         lora = init_lora(k_lora, self.model.params, tuple(self.algo.lora_targets),
-                         int(self.algo.lora_rank), float(self.algo.lora_alpha))  # fmt: skip
+                         int(self.algo.lora_rank), float(self.algo.lora_alpha),
+                         layers=self.policy.adapted_layers)  # fmt: skip
         value = self.policy.value_head.init(k_value, jnp.zeros((1, self.model.hidden_size)))
         trainable = {"lora": lora, "value": value}
         e = int(self.algo.num_envs)
@@ -591,7 +745,7 @@ class Trainer:
                 prompts = self._prompts(env_state, deciders, clock)
                 new = list(dict.fromkeys(p for p in prompts if p not in scored))
                 if new:
-                    scored.update(policy.score_prompts(lora, new, clock))
+                    scored.update(policy.score_prompts(lora, new, clock, keep=decisions.trunk))
                 values = policy.values(state["value"], prompts, clock) if self.trains else \
                     np.zeros(len(prompts))  # fmt: skip
                 t0 = time.perf_counter()
@@ -658,11 +812,31 @@ class Trainer:
         clock.text_s += time.perf_counter() - t0
 
     # -- update --
-    def _grad(self, trainable, batch):
+    def _grad(self, trainable, batch, states=None):
         p, a = self.policy, self.algo
         settings = (p.normalization, float(a.clip_eps), float(a.value_coef), float(a.entropy_coef))
-        return ppo_grad(self.model.lm, p.value_head, settings, self.model.params, trainable,
-                        batch, p.cand_tokens, p.cand_valid, p.word_counts)  # fmt: skip
+        if p.split is None:
+            return ppo_grad(self.model.lm, p.value_head, settings, self.model.params, trainable,
+                            batch, p.cand_tokens, p.cand_valid, p.word_counts)  # fmt: skip
+        batch = dict(batch)
+        index = batch.pop("prompt_index")
+        batch["prompt_states"], batch["cand_states"] = states[0][index], states[1][index]
+        return ppo_grad_top(p.split, p.value_head, settings, p.top_params, trainable, batch,
+                            p.cand_tokens, p.cand_valid, p.word_counts)  # fmt: skip
+
+    def _kept_states(self, decisions: Decisions, data: dict, clock: Clock):
+        """The trunk states of the decisions' prompts (from the rollout's buffer; those it
+        lacks from the cache or the trunk), stacked once per distinct prompt
+        (``data["prompt_index"]`` picks each decision's)."""
+        unique = list(dict.fromkeys(decisions.prompts))
+        kept = dict(decisions.trunk)
+        lacking = [p for p in unique if p not in kept]
+        if lacking:
+            kept.update(self.policy.trunk_entries(lacking, clock))
+        row = {p: i for i, p in enumerate(unique)}
+        data["prompt_index"] = np.array([row[p] for p in decisions.prompts], np.int32)
+        _, valid = self.policy.packed(unique)
+        return pack_entries([kept[p] for p in unique], valid)
 
     def update(self, state: TrainState, decisions: Decisions, seed_index: int, iteration: int,
                clock: Clock) -> tuple[TrainState, dict]:  # fmt: skip
@@ -684,6 +858,10 @@ class Trainer:
             "advantages": np.asarray(decisions.advantages, np.float32),
             "returns": np.asarray(decisions.returns, np.float32),
         }
+        states = None
+        if self.policy.split is not None:
+            data.pop("tokens")
+            states = self._kept_states(decisions, data, clock)
         clock.text_s += time.perf_counter() - t0
         rng = np.random.default_rng([int(self.cfg.seed), seed_index, iteration, 1])
         size = int(self.algo.minibatch_size)
@@ -696,7 +874,7 @@ class Trainer:
             order = np.concatenate([order, rng.choice(n, (-n) % size)])
             for start in range(0, len(order), size):
                 batch = {k: v[order[start : start + size]] for k, v in data.items()}
-                (_, info), grads = self._grad(trainable, batch)
+                (_, info), grads = self._grad(trainable, batch, states)
                 trainable, opt_state = apply_updates(self.optimizer, trainable, opt_state, grads)
                 stats.append(jax.device_get(info))
                 clock.update_tokens += int(batch["valid"].sum()) + size * self.policy.cand_size
@@ -734,6 +912,7 @@ class Trainer:
             "rollout_steps_per_s": self.steps_per_iteration / rollout_s,
             "lm_tokens_per_s": clock.lm_tokens / clock.lm_s if clock.lm_s else nan,
             "update_tokens_per_s": clock.update_tokens / clock.update_s if clock.update_s else nan,
+            "trunk_hit_rate": hit_rate(clock.trunk_hits, clock.trunk_misses),
         }
         return state, metrics
 
@@ -816,7 +995,9 @@ def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyMode
         states = _from_checkpoint(tree, seeds)
     timings.compile_s = time.perf_counter() - t0
     records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
-    split = dict.fromkeys(TIME_SPLIT, 0.0) | {"lm_tokens": 0, "update_tokens": 0}
+    split = dict.fromkeys(TIME_SPLIT, 0.0) | dict.fromkeys(
+        ("lm_tokens", "update_tokens", "trunk_hits", "trunk_misses"), 0
+    )
     try:
         while done < trainer.iterations:
             t_iter = time.perf_counter()
@@ -867,7 +1048,18 @@ def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyMode
             split["update_tokens"] / split["update_s"] if split["update_s"] else None
         ),
         "critic_prompts_cached": len(trainer.policy.features),
+        "lora_layers": str(cfg.algo.lora_layers),
     }
+    if trainer.policy.split is not None:
+        cache = trainer.policy.trunk_cache.stats()
+        summary["trunk_cache"] = {
+            "hits": split["trunk_hits"],
+            "misses": split["trunk_misses"],
+            "hit_rate": hit_rate(split["trunk_hits"], split["trunk_misses"]),
+            "entries": cache["entries"],
+            "bytes": cache["bytes"],
+            "evictions": cache["evictions"],
+        }
     write_summary(run_dir, summary)
     if cfg.plot:
         plot_run(run_dir)

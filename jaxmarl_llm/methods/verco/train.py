@@ -367,7 +367,7 @@ class LMPolicy:
         self.normalization = str(algo.normalization)
         self.adapted_layers = adapted_layers(algo, model)
         self.split = None  # lora_layers=all: every call runs the whole model
-        if self.adapted_layers < model.lm.module.cfg.n_layers:
+        if str(algo.lora_layers).strip() != "all":  # last:L too: a trunk of the embedding
             self.split = split_lm(model.lm, self.adapted_layers)
             self.trunk_params, self.top_params = self.split.params(model.params)
             self.trunk_cache = TrunkCache(int(float(algo.trunk_cache_mb) * 2**20))

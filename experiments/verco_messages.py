@@ -100,6 +100,12 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--rank", type=int, default=8)
+    p.add_argument(
+        "--lora-layers",
+        default="all",
+        help="the blocks the adapter covers: all, or last:K (the top K; a run loads it with "
+        "algo.lora_layers=last:K)",
+    )
     p.add_argument("--max-tokens", type=int, default=24, help="decoding budget per message")
     p.add_argument("--model", choices=["smollm2", "gemma"], default="smollm2")
     p.add_argument("--seed", type=int, default=0)
@@ -124,7 +130,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from envs.salad.env import SaladKitchen
-    from jaxmarl_llm.lm.lora import init_lora, save_adapters
+    from jaxmarl_llm.lm.lora import init_lora, parse_lora_layers, save_adapters
     from jaxmarl_llm.methods.verco.messages import (
         PROMPT_FORMAT,
         SFTConfig,
@@ -155,7 +161,13 @@ def main(argv=None) -> int:
     print(f"pairs: {len(pairs)} collected, {len(train)} train, {len(held)} held out")
 
     lm, base_params, tokenizer, model = load_model(args.model)
-    lora = init_lora(jax.random.key(args.seed), base_params, ("q", "v"), rank=args.rank)
+    try:
+        layers = parse_lora_layers(args.lora_layers, lm.module.cfg.n_layers, "--lora-layers")
+    except ValueError as e:
+        p.error(str(e))
+    lora = init_lora(
+        jax.random.key(args.seed), base_params, ("q", "v"), rank=args.rank, layers=layers
+    )
     before = evaluate_messages(lm, base_params, lora, tokenizer, held, args.max_tokens)
     print(f"before SFT: exact {before['exact_match']:.3f} token {before['token_accuracy']:.3f}")
     config = SFTConfig(args.epochs, args.batch_size, args.learning_rate, args.seed)

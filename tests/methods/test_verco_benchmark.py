@@ -21,3 +21,20 @@ def test_lm_policy_throughput_json(capfd):
     # rank-8 q and v adapters on a 2-layer, d_model 32 model: 2 * 8 * (32 + 32 + 32 + 16)
     assert out["lora_params"] == 1792 and out["lora_bytes"] == 4 * 1792
     assert out["lora_checkpoint_bytes"] > 0
+
+
+def test_lm_trainer_speed_json(capfd):
+    bench = load_script("benchmarks/lm_trainer_speed.py")
+    argv = ["--model", "tiny", "--top", "last:1", "--num-steps", "4", "--iterations", "3",
+            "--json"]  # fmt: skip
+    out = bench.main(argv)
+    printed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert printed == out
+    for arm in ("all", "top"):
+        assert out[f"{arm}_env_steps_per_s"] > 0 and out[f"{arm}_tokens_per_s"] > 0
+        assert len(out["arms"][arm]["iteration_s"]) == 2  # the compiling iteration untimed
+    assert out["speedup"] == pytest.approx(
+        out["top_env_steps_per_s"] / out["all_env_steps_per_s"], rel=1e-2
+    )
+    # the timed iterations meet prompts kept from earlier ones
+    assert 0 < out["trunk_hit_rate"] <= 1 and out["arms"]["all"]["trunk_hit_rate"] is None

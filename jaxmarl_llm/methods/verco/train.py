@@ -14,6 +14,11 @@ jitted batch over the distinct prompts of the step, each prompt scored once per 
 (the adapter is fixed during it). The critic is :class:`ValueHead` on the frozen base's
 :func:`prompt_features`, cached by prompt text for the whole run.
 
+``algo.lora_layers=last:K`` puts the adapters on the top ``K`` blocks
+(:mod:`~jaxmarl_llm.methods.verco.trunk`): each prompt's trunk states come from a cache by
+token ids or one trunk pass, scoring and the critic's features run the top blocks from
+them, the rollout keeps them in :class:`Decisions` and the update reads them there.
+
 Semi-MDP bookkeeping (:func:`semi_mdp_advantages`): an agent's decisions are its
 transitions. Decision ``j`` at step ``t_j`` earns the discounted team rewards up to its
 next decision, ``R_j = sum_{t_j <= t < t_{j+1}} gamma^(t - t_j) r_t``, and bootstraps with

@@ -32,7 +32,7 @@ from jaxmarl_llm.methods.verco.policy import (
     positions_from_valid,
     prompt_features,
 )
-from jaxmarl_llm.methods.verco.train import Clock, Trainer, make_salad_env
+from jaxmarl_llm.methods.verco.train import Clock, Trainer, batch_sizes, make_salad_env
 from jaxmarl_llm.methods.verco.trunk import (
     TrunkCache,
     TrunkEntry,
@@ -271,6 +271,14 @@ def test_trainer_cache_on_and_off_agree_and_count():
     assert on.policy.trunk_cache.stats()["entries"] > 0
     for rows in (on_rows, off_rows):
         assert all(np.isfinite(r["value_loss"]) for r in rows)
+
+
+def test_batch_sizes_of_the_trunk_calls():
+    assert batch_sizes(1) == (1,)
+    assert batch_sizes(4) == (1, 2, 4)
+    assert batch_sizes(6) == (1, 2, 4, 6)
+    _, _, _, trainer = train_twice(lora_layers="all")
+    assert trainer.policy.batch_sizes == (4,)  # one program, as without a trunk
 
 
 @pytest.mark.parametrize("value", ["top:2", "last:0", "last:x"])

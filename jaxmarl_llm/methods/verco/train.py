@@ -376,6 +376,9 @@ class LMPolicy:
             self.split = split_lm(model.lm, self.adapted_layers)
             self.trunk_params, self.top_params = self.split.params(model.params)
             self.trunk_cache = TrunkCache(int(float(algo.trunk_cache_mb) * 2**20))
+        # most steps have one or two deciders: with a trunk, a call runs the smallest of
+        # these batch sizes that holds its prompts (all: one size, one program)
+        self.batch_sizes = (self.rows,) if self.split is None else batch_sizes(self.rows)
 
     # -- text to tokens --
     def tokens_of(self, prompt: str) -> list[int]:
@@ -399,14 +402,15 @@ class LMPolicy:
         count_tokens: bool = True,
     ) -> list:  # fmt: skip
         """``fn(tokens, valid, batch_prompts)`` over ``prompts`` in batches of
-        ``self.rows`` (the last padded with copies of the first prompt), so one program
-        serves every call and a prompt's result does not depend on what it was batched
-        with. Per prompt: its row of ``fn``'s array, or a tuple of its rows of ``fn``'s
-        tuple of arrays."""
+        ``self.rows``, the last padded with copies of the first prompt up to the smallest
+        of ``self.batch_sizes`` that holds it, so a few programs serve every call and a
+        prompt's result does not depend on what it was batched with. Per prompt: its row
+        of ``fn``'s array, or a tuple of its rows of ``fn``'s tuple of arrays."""
         out = []
         for i in range(0, len(prompts), self.rows):
             chunk = prompts[i : i + self.rows]
-            padded = chunk + [chunk[0]] * (self.rows - len(chunk))
+            size = min(b for b in self.batch_sizes if b >= len(chunk))
+            padded = chunk + [chunk[0]] * (size - len(chunk))
             t0 = time.perf_counter()
             tokens, valid = self.packed(padded)
             clock.text_s += time.perf_counter() - t0
@@ -414,7 +418,7 @@ class LMPolicy:
             result = jax.device_get(fn(tokens, valid, padded))
             clock.lm_s += time.perf_counter() - t0
             if count_tokens:
-                clock.lm_tokens += int(valid.sum()) + scores_candidates * self.rows * self.cand_size
+                clock.lm_tokens += int(valid.sum()) + scores_candidates * size * self.cand_size
             if isinstance(result, tuple):
                 out.extend(zip(*(np.asarray(r)[: len(chunk)] for r in result), strict=True))
             else:
@@ -509,6 +513,11 @@ class LMPolicy:
         out = np.asarray(head_values(self.value_head, value_params, feats))
         clock.lm_s += time.perf_counter() - t0
         return out[: len(prompts)].astype(np.float64)
+
+
+def batch_sizes(rows: int) -> tuple[int, ...]:
+    """Powers of two below ``rows``, and ``rows``."""
+    return tuple(sorted({2**i for i in range(rows.bit_length()) if 2**i < rows} | {rows}))
 
 
 def _tile(x: np.ndarray, rows: int) -> jax.Array:

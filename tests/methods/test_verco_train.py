@@ -141,8 +141,8 @@ def test_rollout_asks_the_model_only_for_agents_with_a_choice():
     trainer = Trainer(cfg, make_salad_env(cfg))
     asked = []
     score = trainer.policy.score_prompts
-    trainer.policy.score_prompts = lambda lora, prompts, clock: (
-        asked.extend(prompts) or score(lora, prompts, clock)
+    trainer.policy.score_prompts = lambda lora, prompts, clock, **kw: (
+        asked.extend(prompts) or score(lora, prompts, clock, **kw)
     )
     decisions, _, after = trainer.rollout(trainer.init(0), 0, 0, Clock())
     assert all(avail.sum() > 1 for avail in decisions.avail)

@@ -33,6 +33,16 @@ MAPPO_RNN = ["algo.recurrent=true", "algo.gru_hidden_dim=128", "algo.activation=
 QMIX_RNN = ["algo.hidden_dim=64", "algo.mixer_embed_dim=32", "algo.mixer_hypernet_dim=64",
             "algo.updates_per_rollout=4", "algo.lr=5e-5", "algo.td_lambda=null",
             "algo.double_q=false"]
+# the paper's Table 1 MAPPO on football (RESULTS.md's V-GEPF pair) and V-GEPF's shaper
+# on top of it (the default football CLIP's potential on every state)
+TABLE1_MAPPO = ["--algo", "mappo", "--env", "football:academy_counterattack_easy",
+                "--num-envs", "2048", "--num-steps", "400", "--updates", "1", "--seeds", "2",
+                "--repeats", "2", "algo.update_epochs=10", "algo.num_minibatches=4",
+                "algo.lr=5e-4", "algo.gamma=0.995", "algo.gae_lambda=0.95", "algo.clip_eps=0.2",
+                "algo.ent_coef=0.01", "algo.max_grad_norm=10.0", "algo.activation=relu",
+                "algo.hidden_sizes=[256,128,64]", "algo.anneal_lr=false"]
+VGEPF = ["shaping.name=vgepf", "shaping.coef=0.5", "shaping.kwargs.selection.selector=none",
+         "shaping.kwargs.gamma=0.995"]
 
 # (name, script, arguments, time limit in seconds); num_envs are the accelerator sizes.
 # PPO items take algo.grad_chunk_rows' default, which is no chunking on an accelerator.
@@ -89,6 +99,11 @@ SUITE: list[tuple[str, str, list[str], int]] = [
     ("ippo_spread3_65536_chunked", "train_throughput.py",
      ["--algo", "ippo", "--env", "mpe:simple_spread_3", "--num-envs", "65536",
       "--updates", "3", "--repeats", "2", "algo.grad_chunk_rows=8192"], 150),
+    # V-GEPF's target: >= 50% of MAPPO's env steps/s (2 seeds x 2,048 envs x 400 steps)
+    ("mappo_football_counterattack_2x2048", "train_throughput.py",
+     TABLE1_MAPPO, 300),
+    ("vgepf_mappo_football_counterattack_2x2048", "train_throughput.py",
+     [*TABLE1_MAPPO, *VGEPF], 300),
 ]
 # fmt: on
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import jax
@@ -124,6 +125,9 @@ def main(argv=None) -> dict:
         "mesh_devices": args.mesh_devices,
         "mesh_exact": args.mesh_exact,
         "jax": jax.__version__,
+        "load_average_1min": os.getloadavg()[0],  # other jobs on the machine
+        "shaping": cfg.shaping.name,
+        "overrides": " ".join(args.overrides),
     }
     if base_s is not None:
         diff_updates = learner.num_updates - args.minus_updates

@@ -41,10 +41,19 @@ small CLIP trained here, contrastively, on frames of our football game:
    cosine statistics per skill, evaluated on the reloaded checkpoint; losses; data set
    counts; config; command; wall time) and ``README.md``.
 
+The image tower's shape is ``--image-size`` (frame pixels), ``--grid`` (patches per
+side), ``--vision-width``, ``--vision-layers``, ``--vision-heads`` and ``--vision-mlp``:
+V-GEPF runs the tower on every state of training, so its cost is the shaper's
+(``benchmarks/render_throughput.py`` prices a shape before it is trained).
+``--evaluate DIR`` trains nothing: it scores the CLIP in DIR on the held-out frames a
+training run with the same data options would hold out (one JSON line), so models of
+different shapes or data are compared on the same frames.
+
 Usage::
 
     python experiments/train_clip.py                 # the committed default model
     python experiments/train_clip.py --quick --out /tmp/clip   # a tiny smoke run
+    python experiments/train_clip.py --evaluate experiments/models/football_clip
 """
 
 from __future__ import annotations
@@ -80,6 +89,7 @@ from envs.football.env import (  # noqa: E402
 from envs.football.render import render  # noqa: E402
 from envs.football.scripted_actions import scripted_actions  # noqa: E402
 from jaxmarl_llm.methods.vgepf.clip_model import DEFAULT_CLIP_DIR  # noqa: E402
+from jaxmarl_llm.methods.vgepf.potential import image_params  # noqa: E402
 from jaxmarl_llm.methods.vgepf.predicates import skill_predicates  # noqa: E402
 from jaxmarl_llm.methods.vgepf.skills import SKILL_NAMES, SKILLS  # noqa: E402
 from jaxmarl_llm.vision.clip import (  # noqa: E402
@@ -131,6 +141,11 @@ SCENARIOS = (
     "academy_counterattack_hard",
 )
 MAX_LOGIT_SCALE = math.log(100.0)
+# The image tower: frame pixels, patches per side, layers, width and heads (MLP 4 x width).
+# V-GEPF runs it on every state of training; this one costs about an eighth of a 96 px,
+# 8 x 8 patch, 4 x 128 tower per state on a CPU (benchmarks/RESULTS.md, football).
+TOWER = dict(image_size=48, grid=4, vision_width=96, vision_layers=3, vision_heads=4)
+QUICK_TOWER = dict(image_size=32, grid=8, vision_width=32, vision_layers=1, vision_heads=2)
 
 
 # ----- behaviour policies -------------------------------------------------------------------
@@ -342,18 +357,35 @@ def write_tokenizer(out: pathlib.Path, vocab: dict[str, int], merges) -> None:
 
 
 # ----- model and training -------------------------------------------------------------------
-def model_config(image_size: int, vocab_size: int, quick: bool = False) -> CLIPConfig:
-    """The small ViT CLIP: an 8 x 8 patch grid, 4 x 128 vision and 3 x 128 text layers
-    (1 x 32 each with ``quick``). ``<|endoftext|>`` is the last vocabulary entry."""
-    w, vl, tl, heads = (32, 1, 1, 2) if quick else (128, 4, 3, 4)
+def model_config(
+    image_size: int,
+    vocab_size: int,
+    quick: bool = False,
+    *,
+    grid: int | None = None,
+    vision_width: int | None = None,
+    vision_layers: int | None = None,
+    vision_heads: int | None = None,
+    vision_mlp: int | None = None,
+) -> CLIPConfig:
+    """The small ViT CLIP: an image tower of ``grid x grid`` patches and ``vision_*``
+    (``TOWER``'s, or ``QUICK_TOWER``'s with ``quick``, where not given; MLP 4 x width),
+    and 3 x 128 text layers (1 x 32 with ``quick``), joint embedding as wide as the text
+    tower. ``<|endoftext|>`` is the last vocabulary entry."""
+    tower = QUICK_TOWER if quick else TOWER
+    w, tl, heads = (32, 1, 2) if quick else (128, 3, 4)
+    grid = grid or tower["grid"]
+    if image_size % grid:
+        raise ValueError(f"image size {image_size} is not a multiple of the grid {grid}")
+    vw = vision_width or tower["vision_width"]
     return CLIPConfig(
         embed_dim=w,
         image_size=image_size,
-        patch_size=image_size // 8,
-        vision_width=w,
-        vision_layers=vl,
-        vision_heads=heads,
-        vision_mlp_dim=4 * w,
+        patch_size=image_size // grid,
+        vision_width=vw,
+        vision_layers=vision_layers or tower["vision_layers"],
+        vision_heads=vision_heads or tower["vision_heads"],
+        vision_mlp_dim=vision_mlp or 4 * vw,
         context_length=32,
         vocab_size=vocab_size,
         text_width=w,
@@ -425,6 +457,15 @@ def embed_frames(cfg: CLIPConfig, params, frames_u8: np.ndarray, chunk: int = 25
     return e / np.linalg.norm(e, axis=-1, keepdims=True)
 
 
+def caption_cosines(clip, frames_u8: np.ndarray, chunk: int = 256) -> np.ndarray:
+    """Cosines ``[N, K + 1]`` of uint8 frames with the captions (``CAPTIONS`` order) under
+    the loaded CLIP ``clip``."""
+    tokens = jnp.asarray(clip.tokenizer(list(CAPTIONS)))
+    txt = np.asarray(jax.jit(functools.partial(encode_text, clip.config))(clip.params, tokens))
+    txt = txt / np.linalg.norm(txt, axis=-1, keepdims=True)
+    return embed_frames(clip.config, clip.params, frames_u8, chunk) @ txt.T
+
+
 def _auc(pos: np.ndarray, neg: np.ndarray) -> float | None:
     """ROC AUC of scores ``pos`` above ``neg`` (probability a positive outranks a negative)."""
     if len(pos) == 0 or len(neg) == 0:
@@ -484,8 +525,8 @@ def _fmt(x, spec=".2f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def readme(report: dict) -> str:
-    """README.md of the output directory: what it is, how it was made, the numbers."""
+def readme(report: dict, out: pathlib.Path) -> str:
+    """README.md of the output directory ``out``: what it is, how it was made, the numbers."""
     per = report["heldout"]["per_skill"]
     rows = [
         f"| {name} | {v['n_true']} | {_fmt(v['top1'])} | {_fmt(v['chance'])} | "
@@ -495,15 +536,23 @@ def readme(report: dict) -> str:
     ]
     ds = report["dataset"]
     cfg = report["config"]["model"]
+    grid = cfg["image_size"] // cfg["patch_size"]
     s = report["heldout"]["summary"]
+    out = out.resolve()
+    if out == (ROOT / DEFAULT_CLIP_DIR).resolve():
+        role = (
+            "V-GEPF's default potential when no other CLIP is given (`shaping.kwargs.clip_weights`)"
+        )
+    else:
+        where = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+        role = f"V-GEPF's potential with `shaping.kwargs.clip_weights={where}`"
     return "\n".join(
         [
             "# Football CLIP for V-GEPF",
             "",
             "A small CLIP (ViT image tower, causal text tower) trained contrastively on frames of",
             "our football game captioned by V-GEPF's skill predicates",
-            "(`jaxmarl_llm/methods/vgepf/predicates.py`): V-GEPF's default potential when no",
-            "pretrained CLIP is given (`shaping.kwargs.clip_weights`). A Hugging Face CLIP",
+            f"(`jaxmarl_llm/methods/vgepf/predicates.py`): {role}. A Hugging Face CLIP",
             "directory: `jaxmarl_llm.vision.clip.load_clip(this_dir)` reads it (weights stored",
             "in float16, read as float32). Frames: `envs.football.render.render(state, "
             f"{cfg['image_size']})`.",
@@ -512,8 +561,11 @@ def readme(report: dict) -> str:
             f"({report['train']['steps']} steps of {report['train']['batch']} frames; "
             "2-core CPU shared with other jobs).",
             "",
-            f"Model: image {cfg['image_size']} px, patch {cfg['patch_size']}, vision "
-            f"{cfg['vision_layers']} x {cfg['vision_width']}, text {cfg['text_layers']} x "
+            f"Model: image {cfg['image_size']} px in {grid} x {grid} patches of "
+            f"{cfg['patch_size']} px, vision {cfg['vision_layers']} layers x "
+            f"{cfg['vision_width']} ({cfg['vision_heads']} heads, MLP {cfg['vision_mlp_dim']}; "
+            f"{report['config']['image_tower_parameters']:,} parameters), text "
+            f"{cfg['text_layers']} x "
             f"{cfg['text_width']}, context {cfg['context_length']}, embedding "
             f"{cfg['embed_dim']}, vocabulary {cfg['vocab_size']} "
             f"({report['config']['parameters']:,} parameters).",
@@ -553,26 +605,73 @@ def readme(report: dict) -> str:
 
 
 # ----- main ---------------------------------------------------------------------------------
+def evaluate_only(args, pos, ball, holds, chunk: int) -> dict:
+    """``--evaluate DIR``: the held-out figures of the CLIP in DIR on this run's held-out
+    states (the frames a training run with the same data options holds out), drawn at
+    DIR's image size; one JSON line on stdout."""
+    clip = load_clip(args.evaluate)
+    if clip.tokenizer is None:
+        raise SystemExit(
+            f"--evaluate {args.evaluate}: no tokenizer files (vocab.json + merges.txt)"
+        )
+    frames = render_all(pos, ball, clip.config.image_size, chunk)
+    result = {
+        "model": str(args.evaluate),
+        "image_size": clip.config.image_size,
+        "seed": args.seed,
+        "frames_option": args.frames,
+        "heldout": evaluate(caption_cosines(clip, frames, chunk), holds),
+    }
+    print(json.dumps(result))
+    return result
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / DEFAULT_CLIP_DIR), help="output directory")
     ap.add_argument("--steps", type=int, default=None, help="training steps (500; quick 3)")
     ap.add_argument("--frames", type=int, default=None, help="training frames (12000; quick 64)")
-    ap.add_argument("--image-size", type=int, default=None, help="frame size (96; quick 32)")
+    ap.add_argument("--image-size", type=int, default=None, help="frame size (48; quick 32)")
+    ap.add_argument("--grid", type=int, default=None, help="patches per side (4; quick 8)")
+    ap.add_argument("--vision-width", type=int, default=None, help="image tower (96; quick 32)")
+    ap.add_argument("--vision-layers", type=int, default=None, help="(3; quick 1)")
+    ap.add_argument("--vision-heads", type=int, default=None, help="(4; quick 2)")
+    ap.add_argument("--vision-mlp", type=int, default=None, help="MLP width (4 x vision width)")
     ap.add_argument("--batch", type=int, default=None, help="batch size (128; quick 16)")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--neutral", type=float, default=0.125, help="share of neutral frames")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="a tiny run (tests)")
+    ap.add_argument(
+        "--evaluate",
+        default=None,
+        metavar="DIR",
+        help="no training: score the CLIP in DIR on the held-out frames of these options",
+    )
     args = ap.parse_args(argv)
     q = args.quick
-    defaults = {"steps": (500, 3), "frames": (12000, 64), "image_size": (96, 32)}
-    defaults["batch"] = (128, 16)
+    defaults = {"steps": (500, 3), "frames": (12000, 64), "batch": (128, 16)}
+    defaults |= {name: (TOWER[name], QUICK_TOWER[name]) for name in TOWER}
     for name, (full, quick) in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, quick if q else full)
-    if args.image_size % 8:
-        raise SystemExit("--image-size must be a multiple of 8 (an 8 x 8 patch grid)")
+    if args.vision_mlp is None:
+        args.vision_mlp = 4 * args.vision_width
+    for name in (*defaults, "vision_mlp"):
+        if getattr(args, name) < 1:
+            raise SystemExit(
+                f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
+            )
+    if args.image_size % args.grid:
+        raise SystemExit(
+            f"--image-size {args.image_size} must be a multiple of --grid {args.grid} "
+            "(square patches)"
+        )
+    if args.vision_width % args.vision_heads:
+        raise SystemExit(
+            f"--vision-width {args.vision_width} must be a multiple of --vision-heads "
+            f"{args.vision_heads}"
+        )
     return args
 
 
@@ -580,7 +679,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     t0 = time.time()
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if args.evaluate is None:
+        out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     timings = {}
 
@@ -599,8 +699,10 @@ def main(argv=None) -> dict:
     tr = tr_pool[balance(pool.holds[tr_pool], args.frames, args.neutral, rng)]
     # held-out frames are distinct states (no repeats): rare skills may fall short
     ho = ho_pool[balance(pool.holds[ho_pool], n_held, args.neutral, rng, replace=False)]
-    t = time.time()
     chunk = min(256, len(tr))  # one compiled batch shape for rendering and embedding
+    if args.evaluate is not None:
+        return evaluate_only(args, pool.pos[ho], pool.ball[ho], pool.holds[ho], chunk)
+    t = time.time()
     frames_tr = render_all(pool.pos[tr], pool.ball[tr], args.image_size, chunk)
     frames_ho = render_all(pool.pos[ho], pool.ball[ho], args.image_size, chunk)
     timings["render_s"] = time.time() - t
@@ -610,7 +712,16 @@ def main(argv=None) -> dict:
     # 3. tokenizer
     vocab, merges = train_tokenizer([*CAPTIONS, *FOOTBALL_TEXT])
     write_tokenizer(out, vocab, merges)
-    cfg = model_config(args.image_size, len(vocab), args.quick)
+    cfg = model_config(
+        args.image_size,
+        len(vocab),
+        args.quick,
+        grid=args.grid,
+        vision_width=args.vision_width,
+        vision_layers=args.vision_layers,
+        vision_heads=args.vision_heads,
+        vision_mlp=args.vision_mlp,
+    )
     tokenizer = CLIPTokenizer.from_directory(out, cfg.context_length)
     tokens = jnp.asarray(tokenizer(list(CAPTIONS)))  # [K + 1, context]
     assert tokenizer.eos_id == cfg.eot_token_id
@@ -648,12 +759,8 @@ def main(argv=None) -> dict:
     save_clip(out, cfg, params, dtype=np.float16)
     clip = load_clip(out)
     t = time.time()
-    tokens = jnp.asarray(clip.tokenizer(list(CAPTIONS)))
-    txt = np.asarray(jax.jit(functools.partial(encode_text, clip.config))(clip.params, tokens))
-    txt = txt / np.linalg.norm(txt, axis=-1, keepdims=True)
     # held-out frames and as many training frames (to compare), embedded in one pass
-    both = np.concatenate([frames_ho, frames_tr[: len(ho)]])
-    cos = embed_frames(clip.config, clip.params, both, chunk) @ txt.T
+    cos = caption_cosines(clip, np.concatenate([frames_ho, frames_tr[: len(ho)]]), chunk)
     heldout = evaluate(cos[: len(ho)], pool.holds[ho])
     train_eval = evaluate(cos[len(ho) :], pool.holds[tr[: len(ho)]])
     timings["eval_s"] = time.time() - t
@@ -680,6 +787,9 @@ def main(argv=None) -> dict:
         "config": {
             "model": dataclasses.asdict(cfg),
             "parameters": int(sum(x.size for x in jax.tree.leaves(params))),
+            "image_tower_parameters": int(
+                sum(x.size for x in jax.tree.leaves(image_params(params)))
+            ),
             "weights_dtype": "float16",
         },
         "train": {
@@ -711,7 +821,7 @@ def main(argv=None) -> dict:
         "train_subset": train_eval,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "README.md").write_text(readme(report))
+    (out / "README.md").write_text(readme(report, out))
     for name, v in heldout["per_skill"].items():
         print(
             f"{name:20s} top1 {_fmt(v['top1'])} (chance {_fmt(v['chance'])}) "

@@ -38,6 +38,30 @@ def test_throughput_difference_of_two_budgets(capfd):
     assert out["diff_env_steps_per_s"] == pytest.approx(64 / out["diff_s"])
 
 
+@pytest.mark.slow  # a benchmark-script run
+def test_render_throughput_prices_a_random_tower_of_the_given_shape(capfd):
+    shape = ["--grid", "4", "--vision-width", "32", "--vision-layers", "1", "--vision-heads", "2"]
+    out = _load("render_throughput").main(
+        ["--batch", "2", "--size", "32", "--repeats", "1", *shape, "--json"]
+    )
+    printed = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert printed["weights"] == out["weights"] == "random"
+    tower = printed["tower"]
+    assert (tower["image_size"], tower["patch_size"], tower["vision_width"]) == (32, 8, 32)
+    assert (tower["vision_layers"], tower["vision_heads"], tower["vision_mlp_dim"]) == (1, 2, 128)
+    # patch conv 8*8*3*32, class and 17 positions, 2 LNs, one layer, projection 32 -> 128
+    layer = 2 * 2 * 32 + 4 * (32 * 32 + 32) + (32 * 128 + 128) + (128 * 32 + 32)
+    want = 8 * 8 * 3 * 32 + 32 + 17 * 32 + 2 * 2 * 32 + layer + 32 * 128 + 1
+    assert printed["tower_parameters"] == want
+    assert printed["potential_ms_per_state"] == pytest.approx(printed["potential_ms"] / 2)
+    assert printed["potential_ms"] > 0 and printed["render_ms"] > 0
+
+
+def test_render_throughput_grid_must_divide_the_size():
+    with pytest.raises(SystemExit, match="--size 30 is not a multiple of --grid 4"):
+        _load("render_throughput").main(["--size", "30", "--grid", "4"])
+
+
 def test_throughput_mesh_needs_the_devices():
     from jaxmarl_llm.errors import ConfigError
 

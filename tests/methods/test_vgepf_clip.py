@@ -33,7 +33,8 @@ COMMITTED = clip_model.default_clip_path()
 @pytest.mark.slow
 def test_quick_run_writes_a_loadable_clip_and_a_report(tc, tmp_path):
     out = tmp_path / "clip_quick"
-    report = tc.main(["--quick", "--out", str(out)])
+    shape = ["--grid", "4", "--vision-width", "48", "--vision-layers", "2"]
+    report = tc.main(["--quick", "--out", str(out), *shape, "--vision-heads", "3"])
     assert {p.name for p in out.iterdir()} >= {
         "config.json",
         "model.safetensors",
@@ -53,7 +54,53 @@ def test_quick_run_writes_a_loadable_clip_and_a_report(tc, tmp_path):
     assert len(on_disk["losses"]) == 3 and np.isfinite(on_disk["losses"][-1]["loss"])
     assert on_disk["command"].startswith("python experiments/train_clip.py --quick")
     assert report["config"]["model"]["image_size"] == clip.config.image_size == 32
-    assert "| skill |" in (out / "README.md").read_text()
+    c = clip.config
+    assert (c.patch_size, c.vision_width, c.vision_layers, c.vision_heads) == (8, 48, 2, 3)
+    assert c.vision_mlp_dim == 4 * 48 and c.text_width == 32  # the text tower keeps quick's
+    readme = (out / "README.md").read_text()
+    assert "| skill |" in readme and "4 x 4 patches of 8 px" in readme
+    # --evaluate scores a stored model on the same held-out frames the run held out (the
+    # frames are embedded in other batches, so cosines agree to float32 rounding)
+    scored = tc.main(["--quick", "--evaluate", str(out)])
+    assert scored["heldout"]["summary"] == on_disk["heldout"]["summary"]
+    for name, v in scored["heldout"]["per_skill"].items():
+        want = on_disk["heldout"]["per_skill"][name]
+        assert v == pytest.approx(want, abs=1e-6, nan_ok=True), name
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--image-size", "48", "--grid", "5"], "--image-size 48 must be a multiple of --grid 5"),
+        (["--vision-width", "60", "--vision-heads", "8"], "multiple of --vision-heads 8"),
+        (["--vision-layers", "0"], "--vision-layers must be positive"),
+    ],
+)
+def test_bad_tower_shape_is_a_clear_error(tc, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        tc.parse_args(argv)
+
+
+def test_tower_options_set_the_image_tower_only(tc):
+    args = tc.parse_args(["--image-size", "48", "--grid", "6", "--vision-width", "64"])
+    assert (args.vision_layers, args.vision_heads, args.vision_mlp) == (3, 4, 256)
+    assert (args.image_size, args.grid) == (48, 6)
+    # the default options rebuild the committed default model's image tower
+    d, c = tc.parse_args([]), load_clip(COMMITTED).config
+    assert (d.image_size, d.image_size // d.grid) == (c.image_size, c.patch_size)
+    assert (d.vision_width, d.vision_layers, d.vision_heads) == (
+        c.vision_width,
+        c.vision_layers,
+        c.vision_heads,
+    )
+    assert d.vision_mlp == c.vision_mlp_dim
+    cfg = tc.model_config(
+        48, 879, grid=6, vision_width=64, vision_layers=2, vision_heads=2, vision_mlp=128
+    )
+    assert (cfg.image_size, cfg.patch_size, cfg.num_patches) == (48, 8, 36)
+    assert (cfg.vision_width, cfg.vision_layers, cfg.vision_heads) == (64, 2, 2)
+    assert cfg.vision_mlp_dim == 128
+    assert (cfg.text_width, cfg.text_layers, cfg.embed_dim) == (128, 3, 128)
 
 
 def test_tokenizer_is_clip_layout_and_encodes_every_caption(tc):
@@ -136,6 +183,19 @@ def test_default_path_is_the_committed_directory():
     assert clip_model.clip_path({"clip_weights": "/x/y"}).as_posix() == "/x/y"
 
 
+def test_the_96px_clip_stays_loadable():
+    clip = clip_model.load_vgepf_clip(
+        {
+            "clip_weights": str(
+                clip_model.REPO_ROOT / "experiments/models/football_clip_vit4x128_96px"
+            )
+        }
+    )
+    c = clip.config
+    assert (c.image_size, c.patch_size, c.vision_width, c.vision_layers) == (96, 12, 128, 4)
+    assert clip_model.instruction_embeddings(clip).shape == (len(SKILLS), c.embed_dim)
+
+
 def test_committed_clip_loads_and_embeds_the_instructions():
     clip = clip_model.load_vgepf_clip()
     emb = clip_model.instruction_embeddings(clip)
@@ -146,7 +206,7 @@ def test_committed_clip_loads_and_embeds_the_instructions():
 def test_loader_with_kwargs_path(tmp_path):
     shutil.copytree(COMMITTED, tmp_path / "mine")
     clip = clip_model.load_vgepf_clip({"clip_weights": str(tmp_path / "mine")})
-    assert clip.path == tmp_path / "mine" and clip.config.image_size == 96
+    assert clip.path == tmp_path / "mine" and clip.config.image_size == 48
 
 
 def test_missing_default_says_how_to_train_it(monkeypatch, tmp_path):
@@ -161,13 +221,13 @@ def test_shape_mismatch_with_config_json_is_a_clear_error(tmp_path):
     d = tmp_path / "ckpt"
     shutil.copytree(COMMITTED, d)
     hf = json.loads((d / "config.json").read_text())
-    hf["vision_config"]["intermediate_size"] = 48  # the file's MLPs are 512 wide
+    hf["vision_config"]["intermediate_size"] = 48  # the file's MLPs are 384 wide
     (d / "config.json").write_text(json.dumps(hf))
     with pytest.raises(CLIPWeightsError) as e:
         clip_model.load_vgepf_clip({"clip_weights": str(d)})
     msg = str(e.value)
     assert "vision_model.encoder.layers.0.mlp.fc1.weight" in msg
-    assert "(128, 512)" in msg and "(128, 48)" in msg
+    assert "(96, 384)" in msg and "(96, 48)" in msg
 
 
 def test_missing_tokenizer_is_an_error(tmp_path):

@@ -3,8 +3,11 @@
 Pretrained CLIP weights cannot be downloaded here, so the default is the small CLIP that
 ``experiments/train_clip.py`` trains on rendered football frames captioned by the skill
 predicates, committed under ``experiments/models/football_clip/`` (a Hugging Face
-CLIP directory). ``shaping.kwargs.clip_weights=PATH`` selects any other checkpoint that
-:func:`jaxmarl_llm.vision.clip.load_clip` reads (e.g. a converted CLIP-RN50, the paper's).
+CLIP directory; 48 px frames, a 4 x 4 patch, 3 x 96 ViT image tower, sized for running on
+every state of training). ``shaping.kwargs.clip_weights=PATH`` selects any other
+checkpoint that :func:`jaxmarl_llm.vision.clip.load_clip` reads: e.g.
+``experiments/models/football_clip_vit4x128_96px`` (96 px, 4 x 128, the CLIP of the runs
+in ``experiments/results/vgepf/``) or a converted CLIP-RN50, the paper's.
 
 Frames for the default model are ``envs.football.render.render(state, image_size)`` at
 the checkpoint's own image size, as in its training data (``potential.image_embeddings``).

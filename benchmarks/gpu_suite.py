@@ -33,7 +33,7 @@ MAPPO_RNN = ["algo.recurrent=true", "algo.gru_hidden_dim=128", "algo.activation=
 QMIX_RNN = ["algo.hidden_dim=64", "algo.mixer_embed_dim=32", "algo.mixer_hypernet_dim=64",
             "algo.updates_per_rollout=4", "algo.lr=5e-5", "algo.td_lambda=null",
             "algo.double_q=false"]
-# the paper's Table 1 MAPPO on football (RESULTS.md's V-GEPF pair) and V-GEPF's shaper
+# the paper's Table 1 MAPPO on football and V-GEPF's shaper
 # on top of it (the default football CLIP's potential on every state)
 TABLE1_MAPPO = ["--algo", "mappo", "--env", "football:academy_counterattack_easy",
                 "--num-envs", "2048", "--num-steps", "400", "--updates", "1", "--seeds", "2",

@@ -142,8 +142,8 @@ SCENARIOS = (
 )
 MAX_LOGIT_SCALE = math.log(100.0)
 # The image tower: frame pixels, patches per side, layers, width and heads (MLP 4 x width).
-# V-GEPF runs it on every state of training; this one costs about an eighth of a 96 px,
-# 8 x 8 patch, 4 x 128 tower per state on a CPU (benchmarks/RESULTS.md, football).
+# V-GEPF runs it on every state of training, so its cost is the shaper's: this one costs
+# about an eighth of a 96 px, 8 x 8 patch, 4 x 128 tower per state on a CPU.
 TOWER = dict(image_size=48, grid=4, vision_width=96, vision_layers=3, vision_heads=4)
 QUICK_TOWER = dict(image_size=32, grid=8, vision_width=32, vision_layers=1, vision_heads=2)
 

@@ -192,16 +192,18 @@ def action_log_probs(
     avail: jax.Array,
     normalization: Normalization = "none",
     word_counts: jax.Array | None = None,
+    cand_inputs: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The action policy's ``log pi(u_k | prompt)`` ``[N, K]`` (``-inf`` where not
     available) and the adapted prompt's last hidden state ``[N, D]`` (gradient-stopped).
 
     Gradients flow to ``lora`` only (``None``: the base model). Jit with ``lm`` and
-    ``normalization`` static.
+    ``normalization`` static. For a decoder's top blocks, ``prompt_tokens`` and
+    ``cand_inputs`` are the trunk's states (``candidate_token_log_probs``).
     """
     params = base_params if lora is None else merge_lora(base_params, lora)
     token_log_probs, last_hidden = candidate_token_log_probs(
-        lm, params, prompt_tokens, prompt_valid, cand_tokens, cand_valid
+        lm, params, prompt_tokens, prompt_valid, cand_tokens, cand_valid, cand_inputs
     )
     scores = action_scores(token_log_probs, cand_valid, normalization, word_counts)
     return masked_log_softmax(scores, avail), jax.lax.stop_gradient(last_hidden)

@@ -26,15 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmarl_llm.lm.decoder.model import slice_layers
-from jaxmarl_llm.lm.lora import LoraAdapter, merge_lora
+from jaxmarl_llm.lm.lora import LoraAdapter
 from jaxmarl_llm.methods.verco.policy import (
     DecoderLM,
     Normalization,
-    action_scores,
-    candidate_token_log_probs,
-    masked_log_softmax,
+    action_log_probs,
     positions_from_valid,
-    prefill_prompts,
+    prompt_features,
     tile_cache,
 )
 
@@ -116,22 +114,16 @@ def top_action_log_probs(
     """``log pi(u_k | prompt)`` ``[N, K]`` and the adapted prompt's last hidden state
     ``[N, D]`` (gradient-stopped) from the trunk's states; ``lora`` covers the top blocks
     (``None``: the base). Gradients flow to ``lora`` only."""
-    params = jax.lax.stop_gradient(top_params)
-    params = params if lora is None else merge_lora(params, lora)
-    token_log_probs, last_hidden = candidate_token_log_probs(
-        split.top, params, prompt_states, prompt_valid, cand_tokens, cand_valid, cand_states
-    )
-    scores = action_scores(token_log_probs, cand_valid, normalization, word_counts)
-    return masked_log_softmax(scores, avail), jax.lax.stop_gradient(last_hidden)
+    return action_log_probs(
+        split.top, jax.lax.stop_gradient(top_params), lora, prompt_states, prompt_valid,
+        cand_tokens, cand_valid, avail, normalization, word_counts, cand_states,
+    )  # fmt: skip
 
 
 def top_prompt_features(split: SplitLM, top_params, prompt_states, prompt_valid) -> jax.Array:
     """The frozen base's final-norm hidden state at each prompt's last token ``[N, D]``
     (the critic's input) from the trunk's prompt states."""
-    last_hidden, _ = prefill_prompts(
-        split.top, jax.lax.stop_gradient(top_params), prompt_states, prompt_valid, 0
-    )
-    return last_hidden
+    return prompt_features(split.top, top_params, prompt_states, prompt_valid)
 
 
 @dataclasses.dataclass(frozen=True)

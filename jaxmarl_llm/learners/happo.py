@@ -36,7 +36,7 @@ from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners.base import Learner
 from jaxmarl_llm.learners.losses import clipped_policy_loss, value_loss
 from jaxmarl_llm.learners.networks import MLP, Activation
-from jaxmarl_llm.learners.onpolicy import OnPolicyConfig
+from jaxmarl_llm.learners.onpolicy import TEAM_REWARDS, OnPolicyConfig
 from jaxmarl_llm.learners.ppo import PPO, Batch, PPOState, Rollout, minibatches
 from jaxmarl_llm.learners.shards import SINGLE, DataShards
 from jaxmarl_llm.shaper import Shaper
@@ -100,8 +100,8 @@ def check_config(cfg) -> None:
             bad(key, getattr(cfg, key), "must be > 0")
     if cfg.critic_lr is not None and cfg.critic_lr <= 0:
         bad("critic_lr", cfg.critic_lr, "must be > 0 (null = algo.lr)")
-    if cfg.team_reward not in ("none", "sum", "mean"):
-        bad("team_reward", cfg.team_reward, "none, sum or mean")
+    if cfg.team_reward not in TEAM_REWARDS:
+        bad("team_reward", cfg.team_reward, f"one of {', '.join(TEAM_REWARDS)}")
     units = cfg.num_envs * cfg.num_steps
     if units % cfg.num_minibatches:
         raise ConfigError(

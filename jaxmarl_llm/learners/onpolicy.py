@@ -12,6 +12,8 @@ from omegaconf import MISSING
 
 from jaxmarl_llm.learners.networks import Activation
 
+TEAM_REWARDS = ("none", "sum", "mean")  # algo.team_reward's values
+
 
 @dataclass
 class OnPolicyConfig:

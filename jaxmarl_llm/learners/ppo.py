@@ -35,7 +35,7 @@ from jaxmarl_llm.learners.networks import (
     apply_recurrent_flat,
     with_agent_ids,
 )
-from jaxmarl_llm.learners.onpolicy import OnPolicyConfig
+from jaxmarl_llm.learners.onpolicy import TEAM_REWARDS, OnPolicyConfig
 from jaxmarl_llm.learners.permutation import feistel_permutation
 from jaxmarl_llm.learners.registry import algo_spec
 from jaxmarl_llm.learners.running_stats import (
@@ -227,8 +227,8 @@ def check_config(cfg) -> None:
             f"bad value for config key 'algo.num_minibatches': {cfg.num_minibatches} does not "
             f"divide {what} = {units}"
         )
-    if cfg.team_reward not in ("none", "sum", "mean"):
-        bad("team_reward", cfg.team_reward, "none, sum or mean")
+    if cfg.team_reward not in TEAM_REWARDS:
+        bad("team_reward", cfg.team_reward, f"one of {', '.join(TEAM_REWARDS)}")
     returns = getattr(cfg, "returns", "gae")
     if returns not in ("gae", "nstep"):
         bad("returns", returns, "gae or nstep")

@@ -2,6 +2,7 @@
 (Fig. 4, 7) and the rho sweep (Fig. 11).
 
     python experiments/vgepf_figures.py counterattack  # V-GEPF vs MAPPO, IPPO, HAPPO, MAPPO-xT
+    python experiments/vgepf_figures.py fig12_hard     # the appendix's budget: rho 1, 6.4M
     python experiments/vgepf_figures.py skills         # one fixed skill per run (Fig. 7)
     python experiments/vgepf_figures.py rho            # rho = 1, 0.5, 0.1 (Fig. 11)
     python experiments/vgepf_figures.py eleven_hard    # 11 vs 11 hard, V-GEPF vs the baselines
@@ -43,6 +44,9 @@ RADAR = ("goals_scored", "shots", "shot_success", "passes", "pass_success", "pos
 # figure -> {variant label: (config, overrides)}; a config's compare_with runs beside it
 FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
     "counterattack": {"V-GEPF": ("vgepf_counterattack_easy", [])},
+    # the appendix's counterattack runs: rho 1, 80 workers, 6.4M env steps, against MAPPO
+    "fig12_easy": {"V-GEPF": ("vgepf_counterattack_easy_fig12", [])},
+    "fig12_hard": {"V-GEPF": ("vgepf_counterattack_hard_fig12", [])},
     "skills": {
         name: (
             "vgepf_counterattack_easy",

@@ -119,3 +119,28 @@ def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
     cfg.shaping.kwargs.selection.every = 2  # another selection period: trained instead
     with pytest.raises(SystemExit, match="delete it"):
         figures.shared_rows("skills", [small], cfg, [], quiet=True)
+
+
+@pytest.mark.parametrize("level", ["easy", "hard"])
+def test_fig12_runs_the_appendixs_counterattack_setting_against_mappo(level):
+    from jaxmarl_llm.config import load_config
+
+    (label, (name, extra)), = figures.FIGURES[f"fig12_{level}"].items()
+    cfg = load_config(name, extra)
+    algo = cfg.algo
+    assert cfg.env.name == f"football:academy_counterattack_{level}"
+    # 80 workers x 400 steps x 200 epochs = 6.4M; rho 1; Table 1's PPO
+    assert (algo.num_envs, algo.num_steps, algo.total_timesteps) == (80, 400, 6_400_000)
+    updates = algo.total_timesteps // (algo.num_envs * algo.num_steps)
+    assert updates == 200 and cfg.eval.every == updates // 20
+    assert cfg.shaping.name == "vgepf" and cfg.shaping.coef == 1.0
+    assert (algo.lr, algo.gamma, algo.update_epochs, list(algo.hidden_sizes)) == (
+        5e-4, 0.995, 10, [256, 128, 64])  # fmt: skip
+    selection = cfg.shaping.kwargs.selection
+    assert selection.every * (selection.rounds + 1) <= updates  # every selection is used
+    (baseline,) = cfg.compare_with
+    assert figures.baseline_label(baseline) == "MAPPO"
+    base = load_config(baseline)
+    assert base.shaping.name == "identity" and base.env.name == cfg.env.name
+    for key in ("num_envs", "num_steps", "lr", "update_epochs", "hidden_sizes", "gamma"):
+        assert base.algo[key] == algo[key], key

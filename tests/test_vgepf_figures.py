@@ -125,7 +125,7 @@ def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
 def test_fig12_runs_the_appendixs_counterattack_setting_against_mappo(level):
     from jaxmarl_llm.config import load_config
 
-    (label, (name, extra)), = figures.FIGURES[f"fig12_{level}"].items()
+    ((_, (name, extra)),) = figures.FIGURES[f"fig12_{level}"].items()
     cfg = load_config(name, extra)
     algo = cfg.algo
     assert cfg.env.name == f"football:academy_counterattack_{level}"

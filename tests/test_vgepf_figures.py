@@ -132,12 +132,13 @@ def test_fig12_runs_the_appendixs_counterattack_setting_against_mappo(level):
     # 80 workers x 400 steps x 200 epochs = 6.4M; rho 1; Table 1's PPO
     assert (algo.num_envs, algo.num_steps, algo.total_timesteps) == (80, 400, 6_400_000)
     updates = algo.total_timesteps // (algo.num_envs * algo.num_steps)
-    assert updates == 200 and cfg.eval.every == updates // 20
+    assert updates == 200 and cfg.eval.every * cfg.log_every == updates // 20
     assert cfg.shaping.name == "vgepf" and cfg.shaping.coef == 1.0
     assert (algo.lr, algo.gamma, algo.update_epochs, list(algo.hidden_sizes)) == (
         5e-4, 0.995, 10, [256, 128, 64])  # fmt: skip
     selection = cfg.shaping.kwargs.selection
     assert selection.every * (selection.rounds + 1) <= updates  # every selection is used
+    assert selection.every % cfg.log_every == 0  # selections run between chunks
     (baseline,) = cfg.compare_with
     assert figures.baseline_label(baseline) == "MAPPO"
     base = load_config(baseline)

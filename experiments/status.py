@@ -46,7 +46,7 @@ PROVENANCE = RESULTS_DIR / "provenance.json"
 # quote check is skipped there.
 PAPERS = Path(os.environ.get("JAXMARL_PAPERS", ROOT.parent / "shared" / "papers"))
 
-VERDICTS = ("reproduced", "partly", "not reproduced", "not run", "extension")
+VERDICTS = ("reproduced", "partly", "not reproduced", "running", "not run", "extension")
 # The smallest fraction of the paper's env-step budget at which a claim may be called
 # reproduced: below it a run shows where training stood, not the claim.
 MIN_BUDGET_FRACTION = 0.5
@@ -510,6 +510,12 @@ def check_claim(claim: dict, values: dict[str, Value], fraction: float | None, p
         return
     if not values:
         raise StatusError(f"{where}: a {verdict!r} verdict needs numbers of ours")
+    if verdict == "running":
+        if not claim.get("why"):
+            raise StatusError(f"{where}: say what is left to run (`why`)")
+        if claim.get("holds"):
+            raise StatusError(f"{where}: a run not finished has no verdict to rest (`holds`)")
+        return
     if verdict == "extension":
         if claim.get("paper_ref"):
             raise StatusError(f"{where}: an extension is not in the paper (drop paper_ref)")

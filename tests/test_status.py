@@ -97,6 +97,9 @@ def test_list_counts(status, results):
         ({"holds": []}, "rests on conditions"),
         ({"verdict": "partly"}, "what it rests on"),
         ({"verdict": "not run", "why": "no model"}, "no numbers of ours"),
+        ({"verdict": "running", "holds": []}, "what is left"),
+        ({"verdict": "running", "why": "3 seeds left"}, "no verdict to rest"),
+        ({"verdict": "running", "why": "3 seeds left", "values": {}, "holds": []}, "needs numbers"),
         ({"budget": {"seeds": 2, "env_steps": 10, "paper_env_steps": 100}}, "50%"),
         ({"labels": "a guess"}, "label source"),
         ({"paper_ref": None}, "paper's line"),
@@ -124,6 +127,13 @@ def test_not_run_rows_carry_the_reason(status, results):
                    holds=[])  # fmt: skip
     (row,) = status.build_rows(_spec(claim), status.Resolver({}))
     assert row.ours == "not run: no model of the paper's size"
+
+
+def test_running_rows_show_their_numbers_and_what_is_left(status, results):
+    claim = _claim(verdict="running", why="one seed of three", holds=[])
+    (row,) = status.build_rows(_spec(claim), status.Resolver({}))
+    assert row.ours.startswith("4.50 ± 0.50 vs 2.0")
+    assert "| running: one seed of three |" in status.claims_table([row])
 
 
 def test_steps_text(status):

@@ -28,11 +28,11 @@ from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, sa
 from jaxmarl_llm.runner.evaluation import eval_due, eval_keys, seed_evaluate
 from jaxmarl_llm.runner.feedback import FeedbackRounds, check_feedback
 from jaxmarl_llm.runner.mesh import ShardedLearner, make_run_mesh, to_host
+from jaxmarl_llm.runner.progress import Progress
 from jaxmarl_llm.runner.records import (
     RunLog,
     Timings,
     eval_row,
-    is_nan,
     metric_rows,
     run_summary,
     write_summary,
@@ -115,7 +115,7 @@ def train_in_chunks(
     state, done, compile_s = _start(run, extended_from)
     sync("run started")  # every process has read the run folder before it is rewritten
     records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
-    bar = _Progress(run, done)
+    bar = Progress(cfg, run.total_updates, run.steps_per_update, done)
     timings = Timings(compile_s=compile_s)
     if extended_from is not None and done == extended_from // run.steps_per_update:
         state = _catch_up_round(run, state, done, timings)
@@ -291,38 +291,3 @@ def _finish(run: _Run, done: int, timings: Timings) -> dict:
         if "final_win_rate_mean" in summary:
             plot_run(run_dir, "win_rate", "win_curve.png")
     return summary
-
-
-class _Progress:
-    """The progress bar in env steps, showing the latest return, steps/s, win rate and
-    greedy evaluation return."""
-
-    def __init__(self, run: _Run, done: int):
-        from tqdm.auto import tqdm
-
-        self.steps_per_update = run.steps_per_update
-        self.last_return = float("nan")
-        self.bar = tqdm(
-            total=run.total_updates * run.steps_per_update,
-            initial=done * run.steps_per_update,
-            unit="step",
-            unit_scale=True,
-            disable=not (run.cfg.progress and is_primary()),
-            dynamic_ncols=True,
-            desc="train",
-        )
-
-    def update(self, n: int, rows: list[dict], evaluation: dict | None) -> None:
-        returns = [r["episode_return"] for r in rows if not is_nan(r.get("episode_return"))]
-        if returns:
-            self.last_return = returns[-1]
-        postfix = {"return": f"{self.last_return:.3g}", "sps": f"{rows[-1]['steps_per_s']:,.0f}"}
-        if "win_rate" in rows[-1] and not is_nan(rows[-1]["win_rate"]):
-            postfix["win"] = f"{rows[-1]['win_rate']:.2f}"
-        if evaluation is not None:
-            postfix["eval"] = f"{evaluation['eval_return']:.3g}"
-        self.bar.set_postfix(postfix, refresh=False)
-        self.bar.update(n * self.steps_per_update)
-
-    def close(self) -> None:
-        self.bar.close()

@@ -7,8 +7,8 @@ schema of its ``algo`` config block (a dataclass named by ``schema``),
 shaper) -> Learner``. Modules are imported when an algorithm is first used, so one
 learner's dependencies do not load the others'.
 
-An algorithm with ``host_loop=True`` instead defines ``run(cfg) -> RunResult``, its own
-loop over the run (the runner hands it the whole run).
+An algorithm with ``host_loop=True`` instead defines ``make_trainer(cfg) -> HostTrainer``
+(``runner.host_trainer``), which the runner's host loop drives iteration by iteration.
 
 This project's algorithms are built in (``BUILTIN_ALGORITHMS``). Another package adds
 its own as entry points of the group ``jaxmarl_llm.algorithms``, each an ``AlgoSpec`` or
@@ -42,8 +42,8 @@ class AlgoSpec:
     # algo keys that, when true, anneal the learning rate to 0 at the budget: a run with
     # one of them set cannot be extended to a larger budget
     budget_annealed_lr: tuple[str, ...] = ()
-    # trained by the module's own host loop, ``run(cfg) -> RunResult`` (language-model
-    # policies that read text between env steps), not by a jitted Learner
+    # trained on the host by the module's ``make_trainer(cfg) -> HostTrainer`` (language-
+    # model policies that read text between env steps), not by a jitted Learner
     host_loop: bool = False
     # ``make_learner`` takes ``shards`` (``learners.shards.DataShards``): the learner can
     # split its envs over a mesh's data axis

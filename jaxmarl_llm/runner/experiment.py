@@ -18,6 +18,7 @@ from jaxmarl_llm.distributed import is_primary
 from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.learners import algo_spec
 from jaxmarl_llm.plotting import plot_runs
+from jaxmarl_llm.runner.host_loop import train_on_host
 from jaxmarl_llm.runner.loop import RunResult, train_in_chunks
 from jaxmarl_llm.runner.records import write_summary
 from jaxmarl_llm.runner.resume import load_run_config, resolve_resume
@@ -30,21 +31,21 @@ def run_experiment(
     on_chunk: Callable[[int, Any, list[dict]], None] | None = None,
 ) -> RunResult:
     """Train ``cfg`` to completion (or continue ``cfg.resume``), write the run folder and
-    train its comparisons (a learner with its own host loop trains them itself).
+    train its comparisons. A jitted ``Learner`` trains in chunks (``train_in_chunks``), an
+    algorithm that trains on the host iteration by iteration (``train_on_host``).
 
-    ``on_chunk(updates_done, state, rows)`` is called after each chunk is logged and
-    checkpointed (tests use it to interrupt a run).
+    ``on_chunk(updates_done, state, rows)`` is called after each chunk (or host
+    iteration) is logged and checkpointed (tests use it to interrupt a run).
     """
-    spec = algo_spec(cfg.algo.name)
-    if spec.host_loop:
-        if jax.process_count() > 1:
-            raise ConfigError(
-                f"algo.name={cfg.algo.name} trains in its own loop on one process; this run "
-                f"has {jax.process_count()}"
-            )
-        return spec.load().run(cfg, on_chunk)
+    host_loop = algo_spec(cfg.algo.name).host_loop
+    if host_loop and jax.process_count() > 1:
+        raise ConfigError(
+            f"algo.name={cfg.algo.name} trains on the host in one process; this run has "
+            f"{jax.process_count()}"
+        )
     cfg, extended_from = resolve_resume(cfg)
-    result = train_in_chunks(cfg, extended_from, on_chunk)
+    train = train_on_host if host_loop else train_in_chunks
+    result = train(cfg, extended_from, on_chunk)
     if cfg.compare_with:
         result.summary["compare"] = run_comparisons(cfg, result.run_dir)
         write_summary(result.run_dir, result.summary)

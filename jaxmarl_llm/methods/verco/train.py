@@ -154,8 +154,8 @@ def check_config(cfg) -> None:
 
 def make_learner(cfg, env, shaper):
     raise ConfigError(
-        f"algo.name={cfg.name} trains in its own host loop (jaxmarl_llm.methods.verco.train.run), "
-        "not as a jitted Learner"
+        f"algo.name={cfg.name} trains on the host (make_trainer, driven by "
+        "jaxmarl_llm.runner.host_loop), not as a jitted Learner"
     )
 
 
@@ -729,6 +729,45 @@ class Trainer:
             episode_length=np.zeros(e, np.int32),
         )
 
+    def checkpoint_tree(self, states: list[TrainState]) -> dict:
+        return {f"seed{s}": dict(state) for s, state in enumerate(states)}
+
+    def from_checkpoint(self, tree: dict) -> list[TrainState]:
+        states = []
+        for s in range(int(self.cfg.num_seeds)):
+            state = TrainState(tree[f"seed{s}"])
+            state["episode_return"] = np.asarray(state["episode_return"], np.float32)
+            state["episode_length"] = np.asarray(state["episode_length"], np.int32)
+            states.append(state)
+        return states
+
+    def summary(self, metrics: list[list[dict]]) -> dict:
+        """The model, the time split and token rates over ``metrics`` (``[iteration][seed]``),
+        the critic's cached prompts and, with a trunk, its cache's counts."""
+        ran = [m for per_seed in metrics for m in per_seed]
+        total = {k: sum(m[k] for m in ran) for k in (*TIME_SPLIT, *COUNTS)}
+        out = {
+            "model": self.model.name,
+            "time_split_s": {k: total[k] for k in TIME_SPLIT},
+            "lm_tokens_per_s": total["lm_tokens"] / total["lm_s"] if total["lm_s"] else None,
+            "update_tokens_per_s": (
+                total["update_tokens"] / total["update_s"] if total["update_s"] else None
+            ),
+            "critic_prompts_cached": len(self.policy.features),
+            "lora_layers": str(self.algo.lora_layers),
+        }
+        if self.policy.split is not None:
+            cache = self.policy.trunk_cache.stats()
+            out["trunk_cache"] = {
+                "hits": total["trunk_hits"],
+                "misses": total["trunk_misses"],
+                "hit_rate": hit_rate(total["trunk_hits"], total["trunk_misses"]),
+                "entries": cache["entries"],
+                "bytes": cache["bytes"],
+                "evictions": cache["evictions"],
+            }
+        return out
+
     # -- rollout --
     def rollout(self, state: TrainState, seed_index: int, iteration: int, clock: Clock):
         """``num_steps`` steps of every env; the decisions with their advantages, the
@@ -934,6 +973,7 @@ class Trainer:
 # ----- the run ---------------------------------------------------------------------------------
 
 TIME_SPLIT = ("env_s", "lm_s", "update_s", "text_s")
+COUNTS = ("lm_tokens", "update_tokens", "trunk_hits", "trunk_misses")
 
 
 @functools.cache
@@ -959,127 +999,6 @@ def make_salad_env(cfg: DictConfig):
     return env
 
 
-def _checkpoint_tree(states: list[TrainState]) -> dict:
-    return {f"seed{s}": dict(state) for s, state in enumerate(states)}
-
-
-def _from_checkpoint(tree: dict, num_seeds: int) -> list[TrainState]:
-    states = []
-    for s in range(num_seeds):
-        state = TrainState(tree[f"seed{s}"])
-        state["episode_return"] = np.asarray(state["episode_return"], np.float32)
-        state["episode_length"] = np.asarray(state["episode_length"], np.int32)
-        states.append(state)
-    return states
-
-
-def run(cfg: DictConfig, on_iteration: Callable | None = None, model: PolicyModel | None = None):
-    """Train (or, for ``lm_zero_shot``, only roll out) ``cfg`` into its run folder, or
-    continue ``cfg.resume``; one metrics row per iteration (``log_every`` is not read), a
-    checkpoint of every seed's adapter, value head, optimiser and kitchens every
-    ``checkpoint_every`` iterations and at the end. ``on_iteration(done, states, rows)``
-    is called after each iteration is logged and checkpointed (tests interrupt runs with
-    it); ``model`` replaces ``algo.model``'s."""
-    from jaxmarl_llm.plotting import plot_run
-    from jaxmarl_llm.runner.checkpoint import checkpoint_manager, restore_latest, save_checkpoint
-    from jaxmarl_llm.runner.experiment import run_comparisons
-    from jaxmarl_llm.runner.loop import RunResult
-    from jaxmarl_llm.runner.records import RunLog, Timings, metric_rows, run_summary, write_summary
-    from jaxmarl_llm.runner.resume import new_run_dir, resolve_resume
-
-    cfg, _ = resolve_resume(cfg)
-    if cfg.eval.every:
-        raise ConfigError(
-            f"config key 'eval.every' is {cfg.eval.every}, but algo.name={cfg.algo.name} has no "
-            "greedy evaluation between iterations: its metrics are the rollouts' episodes "
-            "(lm_zero_shot is the untrained model's); set eval.every=0"
-        )
-    env = make_salad_env(cfg)
-    trainer = Trainer(cfg, env, model)  # a model that does not load stops before the folder
-    run_dir = Path(cfg.resume) if cfg.resume else new_run_dir(cfg)
-    seeds = int(cfg.num_seeds)
-    timings = Timings()
-    t0 = time.perf_counter()
-    states = [trainer.init(s) for s in range(seeds)]
-    mgr = checkpoint_manager(run_dir / "checkpoints", max_to_keep=cfg.keep_checkpoints,
-                             create=True)  # fmt: skip
-    done = 0
-    if cfg.resume:
-        tree, done = restore_latest(mgr, _checkpoint_tree(states), run_dir)
-        states = _from_checkpoint(tree, seeds)
-    timings.compile_s = time.perf_counter() - t0
-    records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
-    split = dict.fromkeys(TIME_SPLIT, 0.0) | dict.fromkeys(
-        ("lm_tokens", "update_tokens", "trunk_hits", "trunk_misses"), 0
-    )
-    try:
-        while done < trainer.iterations:
-            t_iter = time.perf_counter()
-            per_seed = []
-            for s in range(seeds):
-                states[s], metrics = trainer.iteration(states[s], s, done)
-                per_seed.append(metrics)
-            dt = time.perf_counter() - t_iter
-            done += 1
-            steps = trainer.steps_per_iteration
-            timings.run_s += dt
-            timings.run_steps += steps
-            for key in split:
-                split[key] += sum(m[key] for m in per_seed)
-            chunk = {k: np.array([[m[k]] for m in per_seed], float) for k in per_seed[0]}
-            wall = time.perf_counter() - timings.wall0
-            rows = metric_rows(chunk, done - 1, steps, wall, steps * seeds / dt)
-            records.train(rows)
-            if done % int(cfg.checkpoint_every) == 0 or done == trainer.iterations:
-                save_checkpoint(mgr, done, _checkpoint_tree(states))
-            r = rows[-1]
-            log.info(
-                "iteration %d/%d: return %.3g, win %.2f, %.1f steps/s",
-                done,
-                trainer.iterations,
-                r["episode_return"],
-                r["win_rate"],
-                r["steps_per_s"],
-            )
-            if on_iteration is not None:
-                on_iteration(done, states, rows)
-    except BaseException:
-        if done > 0 and done not in mgr.all_steps():
-            save_checkpoint(mgr, done, _checkpoint_tree(states))
-            log.warning("saved a checkpoint at iteration %d: resume=%s", done, run_dir)
-        raise
-    finally:
-        mgr.wait_until_finished()
-        mgr.close()
-        records.finish()
-    summary = run_summary(cfg, run_dir, done * trainer.steps_per_iteration, timings)
-    summary |= {
-        "model": trainer.model.name,
-        "iterations": done,
-        "time_split_s": {k: split[k] for k in TIME_SPLIT},
-        "lm_tokens_per_s": split["lm_tokens"] / split["lm_s"] if split["lm_s"] else None,
-        "update_tokens_per_s": (
-            split["update_tokens"] / split["update_s"] if split["update_s"] else None
-        ),
-        "critic_prompts_cached": len(trainer.policy.features),
-        "lora_layers": str(cfg.algo.lora_layers),
-    }
-    if trainer.policy.split is not None:
-        cache = trainer.policy.trunk_cache.stats()
-        summary["trunk_cache"] = {
-            "hits": split["trunk_hits"],
-            "misses": split["trunk_misses"],
-            "hit_rate": hit_rate(split["trunk_hits"], split["trunk_misses"]),
-            "entries": cache["entries"],
-            "bytes": cache["bytes"],
-            "evictions": cache["evictions"],
-        }
-    write_summary(run_dir, summary)
-    if cfg.plot:
-        plot_run(run_dir)
-        if summary.get("final_win_rate_mean") is not None:
-            plot_run(run_dir, "win_rate", "win_curve.png")
-    if cfg.compare_with:
-        summary["compare"] = run_comparisons(cfg, run_dir)
-        write_summary(run_dir, summary)
-    return RunResult(run_dir=run_dir, summary=summary, state=states)
+def make_trainer(cfg: DictConfig) -> Trainer:
+    """The runner's ``HostTrainer`` of ``cfg`` (``runner.host_loop`` drives it)."""
+    return Trainer(cfg, make_salad_env(cfg))

@@ -26,8 +26,9 @@ import platform
 import time
 
 from jaxmarl_llm.config import build_config
+from jaxmarl_llm.methods.verco.clock import TIME_SPLIT, hit_rate
 from jaxmarl_llm.methods.verco.models import load_policy_model
-from jaxmarl_llm.methods.verco.train import TIME_SPLIT, Trainer, hit_rate, make_salad_env
+from jaxmarl_llm.methods.verco.trainer import Trainer, make_salad_env
 
 
 def arm_config(args, lora_layers: str):

@@ -71,7 +71,7 @@ class AlgoSpec:
 
 _PPO = "jaxmarl_llm.learners.ppo"
 _Q = "jaxmarl_llm.learners.qlearning"
-_VERCO = "jaxmarl_llm.methods.verco.train"
+_VERCO = "jaxmarl_llm.methods.verco.algorithm"
 _Q_FACTS = dict(budget_annealed_lr=("lr_linear_decay",), exact_shards=True, replay=True)
 _LM_POLICY = dict(collects=False, host_loop=True)
 

@@ -12,16 +12,11 @@ import pytest
 
 from jaxmarl_llm.config import build_config
 from jaxmarl_llm.errors import ConfigError
-from jaxmarl_llm.methods.verco.train import (
-    Clock,
-    Decisions,
-    TeammateObservation,
-    Trainer,
-    action_prompt,
-    make_salad_env,
-    masked_log_pi,
-    semi_mdp_advantages,
-)
+from jaxmarl_llm.methods.verco.clock import Clock
+from jaxmarl_llm.methods.verco.message_sources import TeammateObservation
+from jaxmarl_llm.methods.verco.rollout import Decisions, action_prompt, masked_log_pi
+from jaxmarl_llm.methods.verco.semi_mdp import semi_mdp_advantages
+from jaxmarl_llm.methods.verco.trainer import Trainer, make_salad_env
 from jaxmarl_llm.runner import run_experiment
 
 TINY_RUN = {
@@ -218,8 +213,8 @@ def test_teammate_observation_message_reaches_the_prompt():
 
 def test_student_messages_load_the_saved_adapter_and_refuse_a_missing_one(tmp_path):
     from jaxmarl_llm.lm.lora import init_lora, save_adapters
+    from jaxmarl_llm.methods.verco.message_sources import StudentMessages
     from jaxmarl_llm.methods.verco.models import load_policy_model
-    from jaxmarl_llm.methods.verco.train import StudentMessages
 
     algo = tiny_config(name="verco", messages="student").algo
     model = load_policy_model("tiny", 0)

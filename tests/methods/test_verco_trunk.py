@@ -22,6 +22,8 @@ from jaxmarl_llm.errors import ConfigError
 from jaxmarl_llm.lm.decoder import Decoder, init_cache
 from jaxmarl_llm.lm.decoder.model import layer_range_config, slice_layers
 from jaxmarl_llm.lm.lora import init_lora, merge_lora, parse_lora_layers
+from jaxmarl_llm.methods.verco.clock import Clock
+from jaxmarl_llm.methods.verco.lm_policy import batch_sizes
 from jaxmarl_llm.methods.verco.losses import ppo_loss
 from jaxmarl_llm.methods.verco.models import tiny_gemma_config
 from jaxmarl_llm.methods.verco.policy import (
@@ -32,7 +34,7 @@ from jaxmarl_llm.methods.verco.policy import (
     positions_from_valid,
     prompt_features,
 )
-from jaxmarl_llm.methods.verco.train import Clock, Trainer, batch_sizes, make_salad_env
+from jaxmarl_llm.methods.verco.trainer import Trainer, make_salad_env
 from jaxmarl_llm.methods.verco.trunk import (
     TrunkCache,
     TrunkEntry,

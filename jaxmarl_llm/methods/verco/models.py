@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmarl_llm.errors import ConfigError
+from jaxmarl_llm.lm.lora import parse_lora_layers
 from jaxmarl_llm.methods.verco.policy import DecoderLM
 
 NAMED_MODELS = {
@@ -161,3 +162,11 @@ def _gguf_model(family, path, name: str) -> PolicyModel:
     cfg = w.config.decoder
     params = jax.tree.map(jnp.asarray, unflatten(w.arrays))
     return PolicyModel(name, DecoderLM(Decoder(cfg), init_cache), params, tokenizer, cfg.d_model)
+
+
+def adapted_layers(algo, model: PolicyModel) -> int:
+    """The number of top blocks ``algo.lora_layers`` adapts in ``model``."""
+    try:
+        return parse_lora_layers(algo.lora_layers, model.lm.module.cfg.n_layers)
+    except ValueError as e:
+        raise ConfigError(f"{e} (algo.model={model.name})") from None

@@ -23,6 +23,9 @@ The modules:
     experiment    run_experiment: a run, then its comparisons; runs reused, resumed or
                   started by folder
     loop          train_in_chunks: set up, train chunk by chunk, write the summary
+    host_loop     train_on_host: the same run folder for an algorithm that trains on the
+                  host iteration by iteration (a HostTrainer, host_trainer)
+    progress      the progress bar
     resume        the run folder and config a run uses: new, resumed, or extended
     checkpoint    orbax checkpoints, restore with a shape check, load_trained
     records       metrics.csv, eval.csv, summary.json and wandb
@@ -43,6 +46,7 @@ from jaxmarl_llm.runner.experiment import (
     run_experiment,
     run_into,
 )
+from jaxmarl_llm.runner.host_trainer import HostTrainer
 from jaxmarl_llm.runner.loop import RunResult
 from jaxmarl_llm.runner.records import (
     PER_SEED_METRICS,
@@ -64,6 +68,7 @@ from jaxmarl_llm.runner.resume import (
 __all__ = [
     "PER_SEED_METRICS",
     "RESUMABLE_OVERRIDES",
+    "HostTrainer",
     "MetricsWriter",
     "RunResult",
     "TrainedRun",

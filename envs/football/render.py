@@ -3,7 +3,7 @@
 ``render(state, size)`` draws a ``[size, size, 3]`` uint8 picture: the pitch (touch and
 goal lines, halfway line, centre circle and spot, penalty boxes, goals) on green, each
 team's convex hull of its outfield players as a translucent polygon and its formation
-lines (the back four, the four midfield slots, the CF with the holding CM; each line
+lines (the 4-3-3's back four, central three and front three; each line
 joined in order of y) in the team colour, the players as discs (left team blue, right
 team red) and the ball as a white disc with a black rim on top. The pitch keeps its
 aspect ratio and is letterboxed (black bars above and below).
@@ -19,6 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from envs.football.scenarios import FORMATION_LINES
 
 # visible world: the pitch plus a margin on every side (goals stick out behind the lines)
 VIEW_HALF_WIDTH = 1.1
@@ -40,10 +42,9 @@ RIGHT_COLOUR = (220, 30, 30)
 LEFT_LINE_COLOUR = (120, 170, 255)
 RIGHT_LINE_COLOUR = (255, 140, 140)
 
-# the formation lines drawn, by slot (scenarios.ROLES): the back four, the four midfield
-# slots (LM, CM, CM, RM), the last two (CF and the holding CM); consecutive players of a
-# line (in order of y) are joined
-LINES = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10))
+# the formation lines drawn (scenarios.FORMATION_LINES, the 4-3-3's back four, central
+# three and front three); consecutive players of a line (in order of y) are joined
+LINES = FORMATION_LINES
 
 # pitch markings as segments [S, 2, 2] (x, y end points)
 _BOX_X, _BOX_Y = 0.70, 0.24  # penalty box: from the goal line to |x| = 0.70, |y| < 0.24

@@ -39,6 +39,10 @@ RESET_JITTER = 0.01
 ROLES = ("GK", "LB", "CB", "CB", "RB", "LM", "CM", "CM", "RM", "CF", "CM")
 GK, LB, CB_L, CB_R, RB, LM, CM_L, CM_R, RM, CF, CM_C = range(11)
 
+# The three lines of the 4-3-3 by slot: the back four, the three central midfielders,
+# the front three (LM, RM, CF); the renderer draws them and "correct formation" judges them
+FORMATION_LINES = ((LB, CB_L, CB_R, RB), (CM_L, CM_C, CM_R), (LM, CF, RM))
+
 # Home spot of each slot when the team defends around its own half (own-team frame): the
 # scripted players hold it, shifted with the ball. [11, 2]
 FORMATION = np.array(

@@ -6,7 +6,7 @@ test will flag it, and asks for the CLIP to be retrained.
 ``render(state, size)`` draws a ``[size, size, 3]`` uint8 picture: the pitch (touch and
 goal lines, halfway line, centre circle and spot, penalty boxes, goals) on green, each
 team's convex hull of its outfield players as a translucent polygon and its formation
-lines (defenders, midfielders, forwards of the 4-4-2, each line joined in order of y) in
+lines (the back four, central three and front three of the 4-3-3, each joined in order of y) in
 the team colour, the players as discs (left team blue, right team red) and the ball as
 a white disc with a black rim on top. The pitch keeps its aspect ratio and is
 letterboxed (black bars above and below).
@@ -43,9 +43,9 @@ RIGHT_COLOUR = (220, 30, 30)
 LEFT_LINE_COLOUR = (120, 170, 255)
 RIGHT_LINE_COLOUR = (255, 140, 140)
 
-# the formation lines of the 4-4-2 (team indices, scenarios.py): defenders, midfielders,
-# forwards; consecutive players of a line (in order of y) are joined
-LINES = ((1, 2, 3, 4), (5, 6, 7, 8), (9, 10))
+# the formation lines of the 4-3-3 (slots, scenarios.py): the back four, the central three,
+# the front three; consecutive players of a line (in order of y) are joined
+LINES = ((1, 2, 3, 4), (6, 10, 7), (5, 9, 8))
 
 # pitch markings as segments [S, 2, 2] (x, y end points)
 _BOX_X, _BOX_Y = 0.70, 0.24  # penalty box: from the goal line to |x| = 0.70, |y| < 0.24

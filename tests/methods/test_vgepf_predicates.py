@@ -5,23 +5,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from envs.football import scenarios
 from envs.football.env import NUM_STATS, FootballState
 from jaxmarl_llm.methods.vgepf import predicates as P
 from jaxmarl_llm.methods.vgepf.skills import SKILL_NAMES, skill_index
 
-# a 4-4-2 in team order GK, LB, CB, CB, RB, LM, CM, CM, RM, CF, CF: three flat lines
-FORMATION_442 = np.array(
-    [[-0.99, 0.00], [-0.55, -0.28], [-0.62, -0.10], [-0.62, 0.10], [-0.55, 0.28],
-     [-0.30, -0.28], [-0.34, -0.09], [-0.34, 0.09], [-0.30, 0.28], [-0.06, -0.08],
-     [-0.01, 0.06]],
-    np.float32,
-)  # fmt: skip
+# blue on its 4-3-3 home spots (GK, LB, CB, CB, RB, LM, CM, CM, RM, CF, holding CM)
+FORMATION = np.asarray(scenarios.FORMATION, np.float32)
 
 
 def make_state(ball=(0.0, 0.0), owner=-1, pass_team=-1, ball_vel=(0.0, 0.0), **players):
-    """Blue in its 4-4-2, red mirrored through the centre spot, everyone still; ``players``
+    """Blue on its home spots, red mirrored through the centre spot, everyone still; ``players``
     overrides positions (``p9=(x, y)``) and velocities (``v9=(dx, dy)``) by index."""
-    pos = np.concatenate([FORMATION_442, -FORMATION_442]).astype(np.float32)
+    pos = np.concatenate([FORMATION, -FORMATION]).astype(np.float32)
     vel = np.zeros((22, 2), np.float32)
     for name, xy in players.items():
         (pos if name[0] == "p" else vel)[int(name[1:])] = xy
@@ -54,13 +50,23 @@ def make_state(ball=(0.0, 0.0), owner=-1, pass_team=-1, ball_vel=(0.0, 0.0), **p
 # (skill, state, holds, score or None); states far from the others' conditions
 RED_BACK = {f"p{i}": (-0.2, -0.3 + 0.07 * (i - 12)) for i in range(12, 20)}  # 8 red behind
 CASES = [
-    # kick-off: blue on its formation spots, CF 10 on the ball and still
+    # blue on its home spots, player 10 on the ball and still
     ("correct formation", make_state(owner=10), True, 1.0),
     ("has advantage", make_state(owner=10), False, 0.0),
     ("encourage dribbling", make_state(owner=10), False, 0.0),
     ("encourage attack", make_state(owner=10), False, 0.0),
-    # CM 6 0.14 ahead of CM 7: its line is 0.14 deep, 0.02 over LINE_DEPTH
-    ("correct formation", make_state(p6=(-0.20, -0.09)), False, 1 - 0.02 / 0.15),
+    # CM 6 0.14 ahead of the holding CM 10: its line is 0.14 deep, 0.02 over LINE_DEPTH
+    ("correct formation", make_state(p6=(-0.26, -0.12)), False, 1 - 0.02 / 0.15),
+    # the front three bunched within 0.15 in y: 0.05 short of a three-player line's 0.2
+    ("correct formation", make_state(p5=(-0.15, -0.05), p8=(-0.15, 0.1)), False, 1 - 0.05 / 0.15),
+    # the central three dropped to x -0.5: 0.085 ahead of the back four's mean, 0.015 short
+    # of LINE_GAP
+    (
+        "correct formation",
+        make_state(p6=(-0.5, -0.12), p7=(-0.5, 0.12), p10=(-0.5, 0.0)),
+        False,
+        1 - 0.015 / 0.15,
+    ),
     # all ten outfield players on one vertical line: no gaps between the lines
     (
         "correct formation",

@@ -21,12 +21,13 @@ Definitions (constants below):
   ball. Score: the larger margin, over 3.
 * **ball location**: the ball is within ``GOAL_RADIUS`` of red's goal centre (1, 0) and
   at x > ``GOAL_ZONE_X``. Score: ``1 - distance / GOAL_RADIUS``.
-* **correct formation**: blue's ten outfield players, sorted by x, split 4-4-2 into
-  defence, midfield and attack lines. Each line is flat (its x range at most
-  ``LINE_DEPTH``, so the lines are parallel to the goal lines and to each other), the
-  gaps between consecutive line means lie in ``LINE_GAP``, and the two four-player lines
-  span at least ``LINE_WIDTH`` in y (a line, not a cluster). Score: ``1 -`` the worst
-  violation over ``FORMATION_TOLERANCE`` (1 when it holds).
+* **correct formation**: blue's three lines of its 4-3-3 by slot
+  (``scenarios.FORMATION_LINES``: the back four, the central three, the front three, as
+  the renderer draws them). Each line is flat (its x range at most ``LINE_DEPTH``, so the
+  lines are parallel to the goal lines and to each other), the gaps between consecutive
+  line means lie in ``LINE_GAP``, and each line spans at least ``LINE_SPACING`` in y per
+  gap between its players (a line, not a cluster). The team's home spots hold it. Score:
+  ``1 -`` the worst violation over ``FORMATION_TOLERANCE`` (1 when it holds).
 * **encourage dribbling**: a blue player owns the ball and moved at least
   ``DRIBBLE_SPEED`` in the last step (the ball moves with it). Score: speed over the
   running speed.
@@ -49,6 +50,7 @@ import jax
 import jax.numpy as jnp
 
 from envs.football.env import RUN_SPEED
+from envs.football.scenarios import FORMATION_LINES
 
 NEAR_RADIUS = 0.2
 NEAR_SUPERIORITY = 2
@@ -56,7 +58,7 @@ GOAL_RADIUS = 0.5
 GOAL_ZONE_X = 0.6
 LINE_DEPTH = 0.12
 LINE_GAP = (0.1, 0.4)
-LINE_WIDTH = 0.3
+LINE_SPACING = 0.1
 FORMATION_TOLERANCE = 0.15
 DRIBBLE_SPEED = 0.5 * RUN_SPEED
 ATTACK_SUPPORT = 2
@@ -102,26 +104,27 @@ def ball_location(state) -> tuple[jax.Array, jax.Array]:
 
 
 def formation_lines(state) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Blue's outfield players split 4-4-2 by x: line mean x [3], x range [3], y range [3]."""
-    pts = state.pos[_BLUE_OUT]  # [10, 2]
-    pts = pts[jnp.argsort(pts[:, 0])]
-    lines = (pts[:4], pts[4:8], pts[8:])
+    """Blue's formation lines by slot, back to front: mean x [3], x range [3], y range [3]."""
+    lines = [state.pos[jnp.asarray(line)] for line in FORMATION_LINES]
     mean_x = jnp.stack([p[:, 0].mean() for p in lines])
     depth = jnp.stack([p[:, 0].max() - p[:, 0].min() for p in lines])
     width = jnp.stack([p[:, 1].max() - p[:, 1].min() for p in lines])
     return mean_x, depth, width
 
 
+_MIN_WIDTH = tuple(LINE_SPACING * (len(line) - 1) for line in FORMATION_LINES)
+
+
 def correct_formation(state) -> tuple[jax.Array, jax.Array]:
     """Three flat, parallel, properly spaced blue lines (module docstring)."""
     mean_x, depth, width = formation_lines(state)
-    gaps = jnp.diff(mean_x)  # [2], >= 0 by the sort
+    gaps = jnp.diff(mean_x)  # [2]: negative where a line is behind the one it should lead
     violation = jnp.concatenate(
         [
             jnp.maximum(depth - LINE_DEPTH, 0.0),
             jnp.maximum(LINE_GAP[0] - gaps, 0.0),
             jnp.maximum(gaps - LINE_GAP[1], 0.0),
-            jnp.maximum(LINE_WIDTH - width[:2], 0.0),
+            jnp.maximum(jnp.asarray(_MIN_WIDTH) - width, 0.0),
         ]
     ).max()
     return violation <= 0.0, _clip01(1.0 - violation / FORMATION_TOLERANCE)

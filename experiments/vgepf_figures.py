@@ -30,6 +30,7 @@ import argparse
 import json
 import logging
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -278,6 +279,23 @@ SHARED_RECORDS = {
 }
 
 
+# the code a football run's numbers depend on: env, renderer, CLIP, shaping and learners
+RUN_CODE = ("envs", "jaxmarl_llm/methods/vgepf", "jaxmarl_llm/vision", "jaxmarl_llm/learners",
+            "jaxmarl_llm/shaping", "experiments/models/football_clip")  # fmt: skip
+
+
+def same_code(record: Path) -> bool:
+    """Whether the run recorded in ``record`` ran on the code of ``RUN_CODE`` as it is now
+    (its summary's commit against the working tree; False where git cannot tell)."""
+    summary = record / "summary.json"
+    commit = json.loads(summary.read_text()).get("commit") if summary.exists() else None
+    if not commit:
+        return False
+    diff = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", commit, "--", *RUN_CODE],
+                          capture_output=True)  # fmt: skip
+    return diff.returncode == 0
+
+
 def same_start(record: Path, cfg) -> bool:
     """Whether the run recorded in ``record`` started as a run of ``cfg`` with a smaller
     budget would: the same seed and seed count, no learning-rate annealing (nothing else
@@ -286,7 +304,7 @@ def same_start(record: Path, cfg) -> bool:
     retraced by later code or another XLA build drifts from the first update on)."""
     from omegaconf import OmegaConf
 
-    if not (record / "config.yaml").exists():
+    if not (record / "config.yaml").exists() or not same_code(record):
         return False
     old = OmegaConf.load(record / "config.yaml")
     every = lambda c: OmegaConf.select(c, "shaping.kwargs.selection.every")
@@ -301,9 +319,10 @@ def same_start(record: Path, cfg) -> bool:
 
 def shared_rows(figure: str, rows: list[dict], cfg, overrides: list[str], quiet: bool) -> list:
     """``rows`` behind the figure's reference rows (``SHARED_ROWS``): the counterattack
-    figure's where they have the same seeds and env steps; where that run was longer but
-    started the same (``same_start``), its first env steps, as the figure's budget would
-    have trained them; else runs of ``REFERENCES`` with ``cfg``'s seeds and budget
+    figure's where they ran on today's code (``same_code``) with the same seeds and env
+    steps; where that run was longer but started the same (``same_start``), its first env
+    steps, as the figure's budget would have trained them; else runs of ``REFERENCES`` with
+    ``cfg``'s seeds and budget
     (``overrides`` go to the V-GEPF one too)."""
     want = {(r["seeds"], r["env_steps"]) for r in rows}
     ((seeds, steps),) = want
@@ -311,9 +330,9 @@ def shared_rows(figure: str, rows: list[dict], cfg, overrides: list[str], quiet:
     kept = []
     if shared.exists():
         kept = [r for r in json.loads(shared.read_text()) if r["method"] in SHARED_ROWS[figure]]
-    same = len(kept) == len(SHARED_ROWS[figure])
+    records = {label: RESULTS / SHARED_RECORDS[label] for label in SHARED_ROWS[figure]}
+    same = len(kept) == len(SHARED_ROWS[figure]) and all(map(same_code, records.values()))
     if not same or {(r["seeds"], r["env_steps"]) for r in kept} != want:
-        records = {label: RESULTS / SHARED_RECORDS[label] for label in SHARED_ROWS[figure]}
         longer = same and all(r["seeds"] == seeds and r["env_steps"] > steps for r in kept)
         if longer and all(same_start(records[label], cfg) for label in SHARED_ROWS[figure]):
             kept = [method_row(label, records[label], upto=steps) for label in SHARED_ROWS[figure]]

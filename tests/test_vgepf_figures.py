@@ -1,6 +1,7 @@
 """experiments/vgepf_figures.py: rows, tables and the radar chart from run folders."""
 
 import json
+import subprocess
 
 import pytest
 from scripts import load_script
@@ -90,8 +91,16 @@ def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
     monkeypatch.setattr(runner, "run_into", fake_run_into)
     cfg = OmegaConf.create({"num_seeds": 2, "seed": 0, "algo": {"total_timesteps": 10_000}})
     variant = {"method": "rho=1.0", "seeds": 2, "env_steps": 10_000}
+    monkeypatch.setattr(figures, "same_code", lambda record: True)
     rows = figures.shared_rows("rho", [variant], cfg, ["x=1"], quiet=True)
     assert [r["method"] for r in rows] == ["rho=0.5 (V-GEPF)", "rho=1.0"] and not trained
+
+    # the same seeds and steps, but run on other code: trained again
+    monkeypatch.setattr(figures, "same_code", lambda record: False)
+    figures.shared_rows("rho", [variant], cfg, ["x=1"], quiet=True)
+    assert [c for c, _ in trained] == ["vgepf_counterattack_easy"]
+    trained.clear()
+    monkeypatch.setattr(figures, "same_code", lambda record: True)
 
     cfg.algo.total_timesteps = 5_000  # another budget: the references are trained at it
     small = {**variant, "env_steps": 10_000 // 2}
@@ -145,3 +154,17 @@ def test_fig12_runs_the_appendixs_counterattack_setting_against_mappo(level):
     assert base.shaping.name == "identity" and base.env.name == cfg.env.name
     for key in ("num_envs", "num_steps", "lr", "update_epochs", "hidden_sizes", "gamma"):
         assert base.algo[key] == algo[key], key
+
+
+def test_same_code_reads_the_records_commit_against_the_run_code(tmp_path):
+    head = subprocess.run(["git", "-C", str(figures.ROOT), "rev-parse", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    record = tmp_path / "run"
+    record.mkdir()
+    assert not figures.same_code(record)  # no summary: cannot tell
+    (record / "summary.json").write_text(json.dumps({"commit": "d184ab3"}))
+    assert not figures.same_code(record)  # the football env has changed since
+    (record / "summary.json").write_text(json.dumps({"commit": head}))
+    clean = subprocess.run(["git", "-C", str(figures.ROOT), "diff", "--quiet", "HEAD", "--",
+                            *figures.RUN_CODE]).returncode == 0  # fmt: skip
+    assert figures.same_code(record) == clean

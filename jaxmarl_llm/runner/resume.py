@@ -84,8 +84,9 @@ def check_resume_config(saved: DictConfig, requested: DictConfig) -> None:
                 walk(xv, yv, key + ".")
             elif xv != yv:
                 raise ConfigError(
-                    f"resume: config key '{key}' is {yv!r} but the run being resumed used {xv!r}; "
-                    "a resumed run keeps its config (drop the override or start a new run)"
+                    f"resume: config key '{key}' is {yv!r} but the run being resumed used {xv!r} "
+                    "(its config.yaml); a resumed run keeps its config: give the command the run "
+                    "was started with, overrides included, plus resume=, or start a new run"
                 )
 
     walk(a, b)

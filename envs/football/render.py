@@ -42,10 +42,6 @@ RIGHT_COLOUR = (220, 30, 30)
 LEFT_LINE_COLOUR = (120, 170, 255)
 RIGHT_LINE_COLOUR = (255, 140, 140)
 
-# the formation lines drawn (scenarios.FORMATION_LINES, the 4-3-3's back four, central
-# three and front three); consecutive players of a line (in order of y) are joined
-LINES = FORMATION_LINES
-
 # pitch markings as segments [S, 2, 2] (x, y end points)
 _BOX_X, _BOX_Y = 0.70, 0.24  # penalty box: from the goal line to |x| = 0.70, |y| < 0.24
 _GOAL_Y, _GOAL_DEPTH = 0.044, 0.04
@@ -166,7 +162,7 @@ def _formation_segments(team: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Segments joining neighbours (in y) of each formation line of one team [11, 2].
     -> a, b [7, 2]"""
     a, b = [], []
-    for line in LINES:
+    for line in FORMATION_LINES:  # consecutive players of a line, in order of y, joined
         pts = team[jnp.asarray(line)]  # [L, 2]
         pts = pts[jnp.argsort(pts[:, 1])]
         a.append(pts[:-1])

@@ -1,6 +1,6 @@
 """What DPM's intrinsic reward pays a trained policy, per seed.
 
-    python experiments/dpm_intrinsic_check.py RUN_DIR [--steps 256] [--weight 1]
+    python experiments/dpm_intrinsic_check.py RUN_DIR [--steps 256] [--weight 1 ...]
 
 Restores the run's latest checkpoint, plays each seed's epsilon-greedy policy from its own
 env states for ``--steps`` steps and prints, per seed, the intrinsic reward per agent-step
@@ -18,7 +18,9 @@ import json
 from pathlib import Path
 
 
-def check(run_dir: Path, steps: int, seed: int, weight: float | None = None) -> list[dict]:
+def check(run_dir: Path, steps: int, seed: int, weights=(None,)) -> list[dict]:
+    """Rows per weight (``None``: the run's own, faded as trained), then per seed; the
+    policy's play is collected once and scored with each weight."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -31,32 +33,34 @@ def check(run_dir: Path, steps: int, seed: int, weight: float | None = None) -> 
     shaper = build_shaper(run.cfg.shaping, run.env, context)
     keys = jax.random.split(jax.random.PRNGKey(seed), run.cfg.num_seeds)
     batch = jax.jit(jax.vmap(lambda s, k: run.learner.collect(s, k, steps)))(run.state, keys)
-    params = run.state.shaper_params
-    if weight is not None:
-        params = params.replace(weight=jnp.full_like(params.weight, weight))
-    intrinsic = jax.jit(jax.vmap(shaper.apply))(params, batch)
-    r, done, env_r = (np.asarray(x) for x in (intrinsic, batch.done, batch.reward))
-    spread = None
-    if run.cfg.shaping.name == "dpm":
-        spread = np.asarray(jax.jit(jax.vmap(lambda p, b: _member_std(run, p, b)))(params, batch))
+    score = jax.jit(jax.vmap(shaper.apply))
+    spread_of = jax.jit(jax.vmap(lambda p, b: _member_std(run, p, b)))
+    done, env_r = np.asarray(batch.done), np.asarray(batch.reward)
     rows = []
-    for s in range(r.shape[0]):
-        ended = done[s].reshape(*done[s].shape[:2], -1)[..., 0]
-        episodes = max(int(ended.sum()), 1)
-        rows.append(
-            {
-                "seed": s,
-                "updates": run.updates,
-                "intrinsic_per_agent_step_mean": float(r[s].mean()),
-                "intrinsic_per_agent_step_std": float(r[s].std()),
-                "episodes_ended": int(ended.sum()),
-                "mean_episode_length": ended.size / episodes,
-                "intrinsic_per_episode": float(r[s].sum(-1).sum() / episodes),
-                "env_reward_per_episode": float(env_r[s].mean(-1).sum() / episodes),
-            }
-        )
-        if spread is not None:
-            rows[-1]["member_std_per_agent_step"] = float(spread[s].mean())
+    for weight in weights:
+        params = run.state.shaper_params
+        if weight is not None:
+            params = params.replace(weight=jnp.full_like(params.weight, weight))
+        r = np.asarray(score(params, batch))
+        spread = np.asarray(spread_of(params, batch)) if run.cfg.shaping.name == "dpm" else None
+        for s in range(r.shape[0]):
+            ended = done[s].reshape(*done[s].shape[:2], -1)[..., 0]
+            episodes = max(int(ended.sum()), 1)
+            rows.append(
+                {
+                    "seed": s,
+                    "weight": weight,
+                    "updates": run.updates,
+                    "intrinsic_per_agent_step_mean": float(r[s].mean()),
+                    "intrinsic_per_agent_step_std": float(r[s].std()),
+                    "episodes_ended": int(ended.sum()),
+                    "mean_episode_length": ended.size / episodes,
+                    "intrinsic_per_episode": float(r[s].sum(-1).sum() / episodes),
+                    "env_reward_per_episode": float(env_r[s].mean(-1).sum() / episodes),
+                }
+            )
+            if spread is not None:
+                rows[-1]["member_std_per_agent_step"] = float(spread[s].mean())
     return rows
 
 
@@ -80,7 +84,8 @@ def main(argv=None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--steps", type=int, default=256, help="policy steps per env")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--weight", type=float, default=None, help="intrinsic weight to score with")
+    p.add_argument("--weight", type=float, nargs="+", default=[None],
+                   help="intrinsic weights to score with (default: the run's own)")  # fmt: skip
     args = p.parse_args(argv)
     for row in check(args.run_dir, args.steps, args.seed, args.weight):
         print(json.dumps(row))

@@ -209,15 +209,17 @@ def test_dpm_run_refits_the_ensemble_between_chunks(three_round_run):
     assert p.scale.shape == (2,) and np.all(np.asarray(p.scale) > 0)
     np.testing.assert_array_equal(p.weight, [0.5, 0.5])
     # what the intrinsic reward pays the trained policy, per seed (the diagnostic script)
-    rows = load_script("experiments/dpm_intrinsic_check.py").check(result.run_dir, 16, 0)
-    assert [r["seed"] for r in rows] == [0, 1]
+    checked = load_script("experiments/dpm_intrinsic_check.py").check(
+        result.run_dir, 16, 0, weights=(None, 1.0)
+    )
+    rows, full = checked[:2], checked[2:]
+    assert [(r["seed"], r["weight"]) for r in checked] == [(0, None), (1, None), (0, 1.0), (1, 1.0)]
     for r in rows:
         assert r["updates"] == result.state.update_step[0]
         assert np.isfinite(r["intrinsic_per_agent_step_mean"]) and r["episodes_ended"] >= 0
         assert r["intrinsic_per_agent_step_std"] > 0  # the refit ensemble, not scale 0
         assert r["member_std_per_agent_step"] > 0  # the members differ
     # --weight 1 scores as if the reward (faded to 0.5 here) had not faded: twice as much
-    full = load_script("experiments/dpm_intrinsic_check.py").check(result.run_dir, 16, 0, 1.0)
     for r, f in zip(rows, full, strict=True):
         for key in ("intrinsic_per_agent_step_std", "member_std_per_agent_step"):
             assert f[key] == pytest.approx(2 * r[key], rel=1e-4)

@@ -58,10 +58,7 @@ def test_one_update_changes_only_the_adapters_of_the_configured_blocks():
         kernel = base["layers"]["attn"][target]["kernel"]
         np.testing.assert_array_equal(merged[0], kernel[0])  # the trunk's block
         assert float(np.abs(merged[1] - kernel[1]).max()) > 0
-    every = learner("all", 1e-2, data, data[:2])
-    every.step()
-    assert all(float(np.abs(b).max(axis=(1, 2)).min()) > 0 for b in every.state["lora"].b.values())
-    assert jax.tree.all(jax.tree.map(np.array_equal, every.trainer.model.params, base))
+    assert jax.tree.all(jax.tree.map(np.array_equal, top.trainer.model.params, base))
 
 
 def test_a_fixed_prompt_is_learned():

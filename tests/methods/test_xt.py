@@ -25,7 +25,6 @@ from jaxmarl_llm.methods.xt import (
 )
 from jaxmarl_llm.methods.xt.events import PASS, Pending, add_events
 from jaxmarl_llm.methods.xt.grid import NX, NY, expected_threat, zone_index
-from jaxmarl_llm.shaping.builtin import identity_shaper
 from jaxmarl_llm.transitions import TransitionBatch
 
 COUNTER = "football:academy_counterattack_easy"
@@ -223,6 +222,5 @@ def test_a_rollout_carrying_the_potential_pays_what_apply_pays():
     applied, _ = rewards(shaper.replace(potential=None))
     assert done.any()
     np.testing.assert_allclose(carried, applied, rtol=1e-6, atol=1e-6)
-    # the same actions (same keys), so what differs from the env reward is the shaping
-    env_reward, _ = rewards(identity_shaper())
-    assert np.abs(carried - env_reward).max() > 1e-3
+    # the env pays only on a goal's step; the shaping pays on most steps
+    assert (np.abs(carried) > 1e-6).mean() > 0.5

@@ -221,7 +221,7 @@ def assert_trees_equal(a, b):
 
 
 # Each case compiles its learner twice (10-50 s on a 2-core CPU): the timed suite checks
-# one on-policy and one replay-buffer learner, ``-m slow`` the rest.
+# IPPO on a one-device mesh (every run's path), ``-m slow`` the rest.
 SLOW = pytest.mark.slow
 
 
@@ -266,9 +266,8 @@ EXACT_CASES = {
 }
 
 
-@pytest.mark.parametrize(
-    "case", [c if c == "ippo" else pytest.param(c, marks=SLOW) for c in EXACT_CASES]
-)
+# the exact draws themselves are checked in the suite (tests/learners/test_shards.py)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=SLOW) for c in EXACT_CASES])
 def test_exact_shards_compute_the_one_device_learner(case):
     """``mesh.exact``: two virtual data shards end a chunk of updates in the state, and
     with the metrics, of the one-device learner, to float summation order: the same env

@@ -7,7 +7,11 @@ learning rate and seed.
     python experiments/lm_bandit.py --model tiny --layers all last:1 --lrs 1e-3 --seeds 0 \\
         --updates 5
     python experiments/lm_bandit.py --model smollm2 --layers all last:2 last:4 last:8 \\
-        --lrs 1e-4 3e-4 1e-3 --seeds 0 1 2 --updates 100 --batch 8
+        --lrs 1e-4 3e-4 1e-3 --seeds 0 1 2 --updates 100 --batch 8 [--tune-seed 0]
+
+``--tune-seed S`` sweeps the learning rates on seed S alone and runs the other seeds at each
+setting's best rate there (the same sweep for every setting, in a third of the grid's runs
+for three rates).
 
 Writes under ``--out``: ``runs.jsonl`` (one line per run: settings, curve, final held-out
 accuracy, wall time; runs already there are kept and not run again), ``reward.png``
@@ -84,20 +88,28 @@ def run_one(args, env, model, train, test, layers: str, lr: float, seed: int) ->
     }
 
 
+def best_lr(runs: list[dict]) -> float:
+    """The learning rate of the highest mean reward over its runs, among the rates run on
+    the most seeds (after a ``--tune-seed`` sweep, the rate the other seeds ran at)."""
+    import numpy as np
+
+    by_lr = {}
+    for r in runs:
+        by_lr.setdefault(r["lr"], []).append(r["mean_reward"])
+    most = max(len(v) for v in by_lr.values())
+    return max((lr for lr, v in by_lr.items() if len(v) == most), key=lambda x: np.mean(by_lr[x]))
+
+
 def settings_summary(runs: list[dict]) -> dict[str, dict]:
-    """Per layers setting: the best learning rate (highest mean reward over its seeds)
-    and, there, the mean and standard deviation over seeds of the mean reward and of the
-    final held-out accuracy."""
+    """Per layers setting: the best learning rate (``best_lr``) and, there, the mean and
+    standard deviation over seeds of the mean reward and of the final held-out accuracy."""
     import numpy as np
 
     out = {}
     for layers in dict.fromkeys(r["layers"] for r in runs):
-        by_lr = {}
-        for r in runs:
-            if r["layers"] == layers:
-                by_lr.setdefault(r["lr"], []).append(r)
-        lr = max(by_lr, key=lambda x: np.mean([r["mean_reward"] for r in by_lr[x]]))
-        seeds = by_lr[lr]
+        mine = [r for r in runs if r["layers"] == layers]
+        lr = best_lr(mine)
+        seeds = [r for r in mine if r["lr"] == lr]
         std = lambda xs: float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0  # noqa: E731
         reward = [r["mean_reward"] for r in seeds]
         acc = [r["final_test_accuracy"] for r in seeds]
@@ -202,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", nargs="+", default=["all", "last:2", "last:4", "last:8"])
     p.add_argument("--lrs", nargs="+", type=float, default=[1e-4, 3e-4, 1e-3])
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument(
+        "--tune-seed",
+        type=int,
+        default=None,
+        help="sweep --lrs on this seed only; the other seeds at the best rate",
+    )
     p.add_argument("--updates", type=int, default=100)
     p.add_argument("--batch", type=int, default=8, help="prompts (samples) per update")
     p.add_argument("--eval-every", type=int, default=10, help="updates between held-out evals")
@@ -228,26 +246,37 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs_path = args.out / "runs.jsonl"
     done = {run_key(r): r for r in load_runs(runs_path)}
+    if args.tune_seed is not None and args.tune_seed not in args.seeds:
+        p.error(f"--tune-seed {args.tune_seed} is not one of --seeds {args.seeds}")
     runs = []
+
+    def run(layers: str, lr: float, seed: int) -> dict:
+        key = run_key({**vars(args), "layers": layers, "lr": lr, "seed": seed})
+        if key not in done:
+            done[key] = run_one(args, env, model, train, test, layers, lr, seed)
+            with runs_path.open("a") as f:
+                f.write(json.dumps(done[key]) + "\n")
+        r = done[key]
+        runs.append(r)
+        print(f"{layers} lr {lr:g} seed {seed}: mean reward {r['mean_reward']:.3f}, "
+              f"held-out accuracy {r['start_test_accuracy']:.3f} -> "
+              f"{r['final_test_accuracy']:.3f}, {r['update_s']:.2f} s/update, "
+              f"{r['wall_s']:.0f} s", flush=True)  # fmt: skip
+        return r
+
     for layers in args.layers:
-        for lr in args.lrs:
+        sweep_seeds = args.seeds if args.tune_seed is None else [args.tune_seed]
+        swept = [run(layers, lr, seed) for lr in args.lrs for seed in sweep_seeds]
+        if args.tune_seed is not None:
+            lr = best_lr(swept)
             for seed in args.seeds:
-                row = {**vars(args), "layers": layers, "lr": lr, "seed": seed}
-                key = run_key(row)
-                if key not in done:
-                    done[key] = run_one(args, env, model, train, test, layers, lr, seed)
-                    with runs_path.open("a") as f:
-                        f.write(json.dumps(done[key]) + "\n")
-                r = done[key]
-                runs.append(r)
-                print(f"{layers} lr {lr:g} seed {seed}: mean reward {r['mean_reward']:.3f}, "
-                      f"held-out accuracy {r['start_test_accuracy']:.3f} -> "
-                      f"{r['final_test_accuracy']:.3f}, {r['update_s']:.2f} s/update, "
-                      f"{r['wall_s']:.0f} s", flush=True)  # fmt: skip
+                if seed != args.tune_seed:
+                    run(layers, lr, seed)
     summary = settings_summary(runs)
+    swept_on = "" if args.tune_seed is None else f" (swept on seed {args.tune_seed})"
     meta = {"model": args.model, "train_prompts": len(train), "test_prompts": len(test),
             "rewarded_actions": rewarded, "updates": args.updates, "batch": args.batch,
-            "lrs": ", ".join(f"{x:g}" for x in args.lrs)}  # fmt: skip
+            "lrs": ", ".join(f"{x:g}" for x in args.lrs) + swept_on}  # fmt: skip
     write_markdown(args.out / "summary.md", summary, meta)
     plot(args.out / "reward.png", summary)
     print((args.out / "summary.md").read_text())

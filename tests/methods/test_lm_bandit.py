@@ -47,6 +47,7 @@ def test_the_rewarded_action_is_available_and_depends_on_the_prompt():
     assert arms(train) | arms(test) == arms(data)
 
 
+@pytest.mark.slow  # the adapters' placement is also in test_verco_trunk.py's TopAdapterTest
 def test_one_update_changes_only_the_adapters_of_the_configured_blocks():
     data = prompts()
     top = learner("last:1", 1e-2, data, data[:2])

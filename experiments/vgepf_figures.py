@@ -30,7 +30,6 @@ import argparse
 import json
 import logging
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -287,13 +286,11 @@ RUN_CODE = ("envs", "jaxmarl_llm/methods/vgepf", "jaxmarl_llm/vision", "jaxmarl_
 def same_code(record: Path) -> bool:
     """Whether the run recorded in ``record`` ran on the code of ``RUN_CODE`` as it is now
     (its summary's commit against the working tree; False where git cannot tell)."""
+    from jaxmarl_llm.runner.provenance import unchanged_since
+
     summary = record / "summary.json"
     commit = json.loads(summary.read_text()).get("commit") if summary.exists() else None
-    if not commit:
-        return False
-    diff = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", commit, "--", *RUN_CODE],
-                          capture_output=True)  # fmt: skip
-    return diff.returncode == 0
+    return unchanged_since(commit, RUN_CODE, ROOT)
 
 
 def same_start(record: Path, cfg) -> bool:

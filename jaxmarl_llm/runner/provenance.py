@@ -43,6 +43,22 @@ def code_commit(root: Path = _ROOT) -> str | None:
     return f"{head}+dirty" if dirty else head
 
 
+def unchanged_since(commit: str | None, paths: tuple[str, ...], root: Path = _ROOT) -> bool:
+    """Whether ``paths`` (relative to ``root``) in the working tree are as they were at
+    ``commit``; False where git cannot tell (no commit, a ``+dirty`` one, no checkout)."""
+    if not commit or commit.endswith("+dirty"):
+        return False
+    try:
+        diff = subprocess.run(
+            ["git", "-C", str(root), "diff", "--quiet", commit, "--", *paths],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return diff.returncode == 0
+
+
 def last_commit(path: Path) -> str | None:
     """The short hash of the commit that last changed ``path`` (as committed), or None."""
     try:

@@ -173,33 +173,32 @@ class ExactnessTest(chex.TestCase):
         args = batch()
         p_tok, p_valid, c_tok, c_valid, avail = args
         features = jax.jit(prompt_features, static_argnums=0)(LM, base_params(), p_tok, p_valid)
-        # a trunk below the adapted block (no trunk: DecoderRangeTest's cut 0 and the slow
-        # trainer test ``last:L = all``)
-        for layers in (1,):
-            lora = top_lora(layers)
-            split = split_lm(LM, layers)
-            trunk_params, top_params = split.params(base_params())
-            states = kept(self.variant(functools.partial(trunk_states, split))(
-                trunk_params, p_tok, p_valid, c_tok, c_valid))  # fmt: skip
-            top = self.variant(functools.partial(top_action_log_probs, split))
+        # an adapter on the top block over a trunk below it (no trunk: DecoderRangeTest's
+        # cut 0 and the slow trainer test ``last:L = all``)
+        lora = top_lora(1)
+        split = split_lm(LM, 1)
+        trunk_params, top_params = split.params(base_params())
+        states = kept(self.variant(functools.partial(trunk_states, split))(
+            trunk_params, p_tok, p_valid, c_tok, c_valid))  # fmt: skip
+        top = self.variant(functools.partial(top_action_log_probs, split))
 
-            def on(lora, states=states, top=top, top_params=top_params):
-                return top(top_params, lora, states[0], p_valid, states[1], c_tok, c_valid,
-                           avail)[0]  # fmt: skip
+        def on(lora):
+            return top(top_params, lora, states[0], p_valid, states[1], c_tok, c_valid,
+                       avail)[0]  # fmt: skip
 
-            @jax.jit  # the reference, compiled whole in both variants
-            def off(lora):
-                return action_log_probs(LM, base_params(), lora, *args)[0]
+        @jax.jit  # the reference, compiled whole in both variants
+        def off(lora):
+            return action_log_probs(LM, base_params(), lora, *args)[0]
 
-            np.testing.assert_allclose(on(lora)[avail], off(lora)[avail], **TOL)
-            assert np.all(np.isneginf(np.asarray(on(lora))[~avail]))
-            top_features = self.variant(functools.partial(top_prompt_features, split))
-            np.testing.assert_allclose(top_features(top_params, states[0], p_valid),
-                                       features, **TOL)  # fmt: skip
-            grad_on = jax.grad(lambda x: ppo_objective(on(x)))(lora)
-            grad_off = jax.jit(jax.grad(lambda x: ppo_objective(off(x))))(lora)
-            assert float(jnp.abs(grad_off.b["v"]).max()) > 1e-3
-            chex.assert_trees_all_close(grad_on, grad_off, **GRAD_TOL)
+        np.testing.assert_allclose(on(lora)[avail], off(lora)[avail], **TOL)
+        assert np.all(np.isneginf(np.asarray(on(lora))[~avail]))
+        top_features = self.variant(functools.partial(top_prompt_features, split))
+        np.testing.assert_allclose(top_features(top_params, states[0], p_valid),
+                                   features, **TOL)  # fmt: skip
+        grad_on = jax.grad(lambda x: ppo_objective(on(x)))(lora)
+        grad_off = jax.jit(jax.grad(lambda x: ppo_objective(off(x))))(lora)
+        assert float(jnp.abs(grad_off.b["v"]).max()) > 1e-3
+        chex.assert_trees_all_close(grad_on, grad_off, **GRAD_TOL)
 
 
 def test_trunk_cache_bound_order_and_counts():

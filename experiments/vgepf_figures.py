@@ -3,6 +3,7 @@
 
     python experiments/vgepf_figures.py counterattack  # V-GEPF vs MAPPO, IPPO, HAPPO, MAPPO-xT
     python experiments/vgepf_figures.py fig12_hard     # the appendix's budget: rho 1, 6.4M
+                                                       # (and V-GEPF held on "ball location")
     python experiments/vgepf_figures.py skills         # one fixed skill per run (Fig. 7)
     python experiments/vgepf_figures.py rho            # rho = 1, 0.5, 0.1 (Fig. 11)
     python experiments/vgepf_figures.py eleven_hard    # 11 vs 11 hard, V-GEPF vs the baselines
@@ -46,7 +47,19 @@ FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
     "counterattack": {"V-GEPF": ("vgepf_counterattack_easy", [])},
     # the appendix's counterattack runs: rho 1, 80 workers, 6.4M env steps, against MAPPO
     "fig12_easy": {"V-GEPF": ("vgepf_counterattack_easy_fig12", [])},
-    "fig12_hard": {"V-GEPF": ("vgepf_counterattack_hard_fig12", [])},
+    "fig12_hard": {
+        "V-GEPF": ("vgepf_counterattack_hard_fig12", []),
+        # the one skill whose potential rises as the team carries the ball toward the goal
+        # (experiments/vgepf_potential_check.py), held for the whole run
+        "V-GEPF ball location": (
+            "vgepf_counterattack_hard_fig12",
+            [
+                "shaping.kwargs.skill=ball location",
+                "shaping.kwargs.selection.selector=none",
+                "compare_with=[]",
+            ],
+        ),
+    },
     "skills": {
         name: (
             "vgepf_counterattack_easy",

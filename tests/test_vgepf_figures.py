@@ -134,7 +134,7 @@ def test_reference_rows_come_from_the_counterattack_figure_only_at_its_budget(
 def test_fig12_runs_the_appendixs_counterattack_setting_against_mappo(level):
     from jaxmarl_llm.config import load_config
 
-    ((_, (name, extra)),) = figures.FIGURES[f"fig12_{level}"].items()
+    name, extra = figures.FIGURES[f"fig12_{level}"]["V-GEPF"]
     cfg = load_config(name, extra)
     algo = cfg.algo
     assert cfg.env.name == f"football:academy_counterattack_{level}"
@@ -154,6 +154,12 @@ def test_fig12_runs_the_appendixs_counterattack_setting_against_mappo(level):
     assert base.shaping.name == "identity" and base.env.name == cfg.env.name
     for key in ("num_envs", "num_steps", "lr", "update_epochs", "hidden_sizes", "gamma"):
         assert base.algo[key] == algo[key], key
+    # any other variant is that run with one skill held, trained against the same MAPPO
+    for label, (other, overrides) in figures.FIGURES[f"fig12_{level}"].items():
+        if label != "V-GEPF":
+            held = load_config(other, overrides)
+            assert held.shaping.kwargs.selection.selector == "none" and not held.compare_with
+            assert held.algo == cfg.algo and held.shaping.coef == cfg.shaping.coef
 
 
 def test_same_code_reads_the_records_commit_against_the_run_code(tmp_path):

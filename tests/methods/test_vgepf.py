@@ -21,6 +21,8 @@ import pytest
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
+from scripts import load_script  # noqa: E402
+
 import envs  # noqa: E402
 from envs.football.render import render  # noqa: E402
 from jaxmarl_llm.learners.acting import random_play  # noqa: E402
@@ -449,3 +451,13 @@ def test_tiny_mappo_run_switches_skill(clip_dir, tmp_path):
     assert (result.run_dir / "vgepf" / "round_1.json").exists()
     assert json.loads((result.run_dir / "vgepf" / "records.json").read_text()).keys() >= {"1", "2"}
     assert int(result.state.shaper_params.skill[0]) == skill_index(second["skill"][0])
+
+    # the potential check plays the trained policy and scores it under every skill
+    report = load_script("experiments/vgepf_potential_check.py").check(
+        result.run_dir, [result.run_dir], steps=6, seed=0
+    )
+    assert report["chosen_skills"] == {"0": first["skill"], "1": second["skill"]}
+    policy = report["policies"]["run"]
+    assert policy["env_steps"] == 48 and set(policy["skills"]) == set(SKILL_NAMES)
+    for stats in policy["skills"].values():
+        assert stats["cos_std"] > 0 and -1 <= stats["cos_mean"] <= 1

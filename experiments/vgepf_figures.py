@@ -3,7 +3,7 @@
 
     python experiments/vgepf_figures.py counterattack  # V-GEPF vs MAPPO, IPPO, HAPPO, MAPPO-xT
     python experiments/vgepf_figures.py fig12_hard     # the appendix's budget: rho 1, 6.4M
-                                                       # (and V-GEPF held on "ball location")
+                                                       # and its raw-cosine, ball-location runs
     python experiments/vgepf_figures.py skills         # one fixed skill per run (Fig. 7)
     python experiments/vgepf_figures.py rho            # rho = 1, 0.5, 0.1 (Fig. 11)
     python experiments/vgepf_figures.py eleven_hard    # 11 vs 11 hard, V-GEPF vs the baselines
@@ -49,6 +49,12 @@ FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
     "fig12_easy": {"V-GEPF": ("vgepf_counterattack_easy_fig12", [])},
     "fig12_hard": {
         "V-GEPF": ("vgepf_counterattack_hard_fig12", []),
+        # phi as eq. 2 defines it, the raw cosine: the paper normalises it only to plot it
+        # (sec. 5.3), where training on the normalised phi multiplies F by 1 / std(cos)
+        "V-GEPF raw cosine": (
+            "vgepf_counterattack_hard_fig12",
+            ["shaping.kwargs.normalise=false", "compare_with=[]"],
+        ),
         # the one skill whose potential rises as the team carries the ball toward the goal
         # (experiments/vgepf_potential_check.py), held for the whole run
         "V-GEPF ball location": (

@@ -22,10 +22,14 @@ pooled):
 * ``rise_won`` / ``rise_lost``: the cosine at an episode's last state minus at its first
   (episodes that start and end inside the window), in standard deviations of the cosine
   over all the states played: what ``gamma * phi(s') - phi(s)`` pays along an episode
-  before its last step takes ``phi`` back to 0.
+  before its last step takes ``phi`` back to 0;
+* ``shaping_std``: the standard deviation of ``gamma * phi(s') - phi(s)`` per step, with
+  ``phi`` the cosine normalised on these states (as a selection round normalises it), at
+  rho = 1; beside the env reward's per step (``env_reward_std``) it says how much of the
+  reward PPO's normalised advantages see is the potential's.
 
-Also per seed of the V-GEPF run: the skill it trains with now and the skills its selection
-rounds chose (``feedback.json``). Writes ``--out`` (default
+Also the skills the V-GEPF run's selection rounds chose, per round and seed
+(``feedback.json``; the last is the one it trains with). Writes ``--out`` (default
 ``VGEPF_RUN/potential_check.json``) and prints the main columns as a table.
 """
 
@@ -75,13 +79,20 @@ def episodes(done, won):
     return out
 
 
-def skill_stats(cos, pred, ball_x, owned, done, won) -> dict:
+def shaping_rewards(phi, done, gamma: float):
+    """``gamma * phi(s') - phi(s)`` ``[S, T - 1, E]`` along steps ``[S, T, E]`` of play, 0
+    for ``phi(s')`` where the episode ended (the state after it is the next episode's)."""
+    return gamma * phi[:, 1:] * ~done[:, :-1] - phi[:, :-1]
+
+
+def skill_stats(cos, pred, ball_x, owned, done, won, gamma: float) -> dict:
     """The statistics of one skill's cosines ``cos`` ``[S, T, E]`` (seeds, steps, envs),
     with the skill's predicate scores, the ball's x, whether blue owns the ball, and the
     end and win flags alike."""
     import numpy as np
 
     scale = float(cos.std()) or 1.0
+    phi = (cos - cos.mean()) / scale  # normalised on this play, as a round does
     last_won, last_lost, rise_won, rise_lost = [], [], [], []
     for s in range(cos.shape[0]):
         for e in range(cos.shape[2]):
@@ -104,14 +115,16 @@ def skill_stats(cos, pred, ball_x, owned, done, won) -> dict:
         "auc_won": auc(last_won, last_lost),
         "rise_won": mean(rise_won),
         "rise_lost": mean(rise_lost),
+        "shaping_std": float(shaping_rewards(phi, done, gamma).std()),
         "cos_mean": float(cos.mean()),
         "cos_std": float(cos.std()),
     }
 
 
 def played(run_dir: Path, steps: int, seed: int):
-    """The states, ends and wins of ``steps`` steps of a run's sampling policy, per seed:
-    ``(states with leaves [S, T, E, ...], done [S, T, E], won [S, T, E], env steps)``."""
+    """The states, ends, wins and team rewards of ``steps`` steps of a run's sampling
+    policy, per seed: ``(states with leaves [S, T, E, ...], done, won and reward
+    [S, T, E], env steps)``."""
     import jax
     import numpy as np
 
@@ -124,7 +137,8 @@ def played(run_dir: Path, steps: int, seed: int):
     done = np.asarray(batch.done).astype(bool)
     won = done & (score[..., 0] > score[..., 1])
     states = jax.device_get(batch.state)
-    return states, done, won, run.updates * run.learner.env_steps_per_update
+    reward = np.asarray(batch.reward).mean(-1)  # env reward, the agents' mean
+    return states, done, won, reward, run.updates * run.learner.env_steps_per_update
 
 
 def check(vgepf_run: Path, policy_runs: list[Path], steps: int, seed: int) -> dict:
@@ -144,6 +158,7 @@ def check(vgepf_run: Path, policy_runs: list[Path], steps: int, seed: int) -> di
     kwargs = cfg.shaping.kwargs
     clip = load_vgepf_clip({"clip_weights": kwargs.get("clip_weights")})
     size = int(kwargs.get("image_size") or clip.config.image_size)
+    gamma = float(kwargs.get("gamma", 0.995))
     image = image_params(clip.params)
     embed = jax.jit(lambda s: image_embeddings(clip.config, image, s, size))
     texts = np.stack([text_embedding(clip, name) for name in SKILL_NAMES])  # [K, D]
@@ -157,7 +172,7 @@ def check(vgepf_run: Path, policy_runs: list[Path], steps: int, seed: int) -> di
         out["chosen_skills"] = {k: rounds[k]["skill"] for k in order}
     out["policies"] = {}
     for run_dir in policy_runs:
-        states, done, won, env_steps = played(run_dir, steps, seed)
+        states, done, won, reward, env_steps = played(run_dir, steps, seed)
         lead = done.shape  # [S, T, E]
         flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[3:]), states)
         cos = (embed_states(embed, flat) @ texts.T).reshape(*lead, -1)  # [S, T, E, K]
@@ -172,8 +187,9 @@ def check(vgepf_run: Path, policy_runs: list[Path], steps: int, seed: int) -> di
             "env_steps": int(env_steps),
             "episodes_ended": int(ended),
             "won_rate": float(won.sum() / max(ended, 1)),
+            "env_reward_std": float(reward.std()),
             "skills": {
-                name: skill_stats(cos[..., k], pred[..., k], ball_x, owned, done, won)
+                name: skill_stats(cos[..., k], pred[..., k], ball_x, owned, done, won, gamma)
                 for k, name in enumerate(SKILL_NAMES)
             },
         }
@@ -188,6 +204,7 @@ COLUMNS = (
     ("auc_won", "AUC won vs not, last state"),
     ("rise_won", "rise, won"),
     ("rise_lost", "rise, not won"),
+    ("shaping_std", "F std per step"),
 )
 
 
@@ -201,7 +218,10 @@ def table(result: dict) -> str:
     head += "|---|---|" + "---|" * len(COLUMNS) + "\n"
     rows = []
     for name, policy in result["policies"].items():
-        label = f"{name} ({policy['env_steps']:,} steps, won {policy['won_rate']:.2f})"
+        label = (
+            f"{name} ({policy['env_steps']:,} steps, won {policy['won_rate']:.2f}, "
+            f"env reward std {policy['env_reward_std']:.3f})"
+        )
         for skill_name, stats in policy["skills"].items():
             cells = " | ".join(cell(stats[k]) for k, _ in COLUMNS)
             rows.append(f"| {label} | {skill_name} | {cells} |")

@@ -37,7 +37,7 @@ def test_skill_stats_on_a_potential_that_rises_toward_wins():
     owned = np.array([1, 1, 0, 1, 1, 0], bool).reshape(1, 6, 1)
     ball_x = np.where(owned, 1 - cos, cos)  # carried forward, the cosine falls
     pred = -cos
-    stats = check.skill_stats(cos, pred, ball_x, owned, done, won)
+    stats = check.skill_stats(cos, pred, ball_x, owned, done, won, gamma=0.5)
     assert stats["auc_won"] == 1.0
     assert stats["corr_predicate"] == pytest.approx(-1.0)
     assert stats["corr_ball_x_owned"] == pytest.approx(-1.0)
@@ -48,13 +48,27 @@ def test_skill_stats_on_a_potential_that_rises_toward_wins():
     assert stats["rise_won"] is None
     assert stats["rise_lost"] == pytest.approx(-0.2 / cos.std())
     assert stats["cos_mean"] == pytest.approx(cos.mean())
+    phi = (cos - cos.mean()) / cos.std()
+    f = check.shaping_rewards(phi, done, 0.5)
+    assert stats["shaping_std"] == pytest.approx(f.std())
+
+
+def test_shaping_rewards_drop_the_next_state_after_an_end():
+    phi = np.array([1.0, 2.0, 3.0, 4.0]).reshape(1, 4, 1)
+    done = np.array([0, 1, 0, 0], bool).reshape(1, 4, 1)
+    f = check.shaping_rewards(phi, done, 0.5)
+    # 0.5 * 2 - 1; the episode ends at step 1: 0 - 2; 0.5 * 4 - 3
+    np.testing.assert_allclose(f.ravel(), [0.0, -2.0, -1.0])
 
 
 def test_table_has_a_row_per_policy_and_skill():
     stats = dict.fromkeys((k for k, _ in check.COLUMNS), 0.5) | {"auc_won": None}
     skills = {"ball location": stats, "encourage attack": stats}
-    result = {"policies": {"mappo": {"env_steps": 4000, "won_rate": 0.25, "skills": skills}}}
+    policy = {"env_steps": 4000, "won_rate": 0.25, "env_reward_std": 0.1, "skills": skills}
+    result = {"policies": {"mappo": policy}}
     lines = check.table(result).strip().split("\n")
     assert len(lines) == 2 + 2
-    assert lines[2].startswith("| mappo (4,000 steps, won 0.25) | ball location | 0.50 |")
+    assert lines[2].startswith(
+        "| mappo (4,000 steps, won 0.25, env reward std 0.100) | ball location | 0.50 |"
+    )
     assert lines[3].count("| - |") == 1  # the missing AUC

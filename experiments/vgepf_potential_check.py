@@ -23,10 +23,13 @@ pooled):
   (episodes that start and end inside the window), in standard deviations of the cosine
   over all the states played: what ``gamma * phi(s') - phi(s)`` pays along an episode
   before its last step takes ``phi`` back to 0;
+* ``end_pay``: ``-phi`` of the last state of the episodes that ended, ``phi`` normalised
+  as below (the mean over them): what ending an episode pays, as ``phi`` of the end is 0;
 * ``shaping_std``: the standard deviation of ``gamma * phi(s') - phi(s)`` per step, with
   ``phi`` the cosine normalised on these states (as a selection round normalises it), at
   rho = 1; beside the env reward's per step (``env_reward_std``) it says how much of the
-  reward PPO's normalised advantages see is the potential's.
+  reward PPO's normalised advantages see is the potential's. A run on the raw cosine
+  (``normalise: false``) pays ``cos_std`` times these.
 
 Also the skills the V-GEPF run's selection rounds chose, per round and seed
 (``feedback.json``; the last is the one it trains with). Writes ``--out`` (default
@@ -113,6 +116,9 @@ def skill_stats(cos, pred, ball_x, owned, done, won, gamma: float) -> dict:
         "predicate_corr_ball_x_owned": correlation(pred[owned], ball_x[owned]),
         "predicate_holds": float((pred > 0).mean()),
         "auc_won": auc(last_won, last_lost),
+        "end_pay": float(-np.mean((np.r_[last_won, last_lost] - cos.mean()) / scale))
+        if last_won or last_lost
+        else None,
         "rise_won": mean(rise_won),
         "rise_lost": mean(rise_lost),
         "shaping_std": float(shaping_rewards(phi, done, gamma).std()),
@@ -204,6 +210,7 @@ COLUMNS = (
     ("auc_won", "AUC won vs not, last state"),
     ("rise_won", "rise, won"),
     ("rise_lost", "rise, not won"),
+    ("end_pay", "end pays"),
     ("shaping_std", "F std per step"),
 )
 

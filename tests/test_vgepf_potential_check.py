@@ -49,6 +49,7 @@ def test_skill_stats_on_a_potential_that_rises_toward_wins():
     assert stats["rise_lost"] == pytest.approx(-0.2 / cos.std())
     assert stats["cos_mean"] == pytest.approx(cos.mean())
     phi = (cos - cos.mean()) / cos.std()
+    assert stats["end_pay"] == pytest.approx(-(phi[0, 2, 0] + phi[0, 5, 0]) / 2)
     f = check.shaping_rewards(phi, done, 0.5)
     assert stats["shaping_std"] == pytest.approx(f.std())
 

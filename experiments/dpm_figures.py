@@ -362,6 +362,7 @@ def run_figure(
 ) -> list[dict]:
     from jaxmarl_llm.plotting import plot_runs
     from jaxmarl_llm.runner import finished_summary, run_into
+    from jaxmarl_llm.runner.records import training_wall_s
 
     rows = []
     for smax_map in maps:
@@ -390,7 +391,7 @@ def run_figure(
                     "test_win_rate_per_seed": summary.get("final_eval_win_rate_per_seed"),
                     "test_steps_to": {str(t): _eval_steps_to(out, t) for t in WIN_TARGETS},
                     "env_steps": summary["env_steps"],
-                    "wall_s": summary["wall_s"],
+                    "wall_s": training_wall_s(out / "metrics.csv", summary),
                     "commit": summary.get("commit"),
                     "env_steps_per_s": summary["env_steps_per_s"],
                     "feedback_s": summary.get("feedback_s", 0.0),

@@ -148,6 +148,7 @@ def _slug(label: str) -> str:
 def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) -> list[dict]:
     from jaxmarl_llm.plotting import plot_runs
     from jaxmarl_llm.runner import run_into
+    from jaxmarl_llm.runner.records import training_wall_s
 
     rows = []
     for env in env_names:
@@ -170,7 +171,7 @@ def run_figure(figure: str, env_names: list[str], args, overrides: list[str]) ->
                 "final_return_std": summary["final_return_std"],
                 "per_seed": summary["final_return_per_seed"],
                 "env_steps": summary["env_steps"],
-                "wall_s": summary["wall_s"],
+                "wall_s": training_wall_s(out / "metrics.csv", summary),
                 "commit": summary.get("commit"),
                 "steps_to_optimum": _steps_to(out, env),
                 **_team_plus_individual(out),

@@ -153,6 +153,8 @@ def method_row(label: str, run_dir: Path, upto: int | None = None) -> dict:
     (then without the whole run's wall time, throughput and final win rate)."""
     import numpy as np
 
+    from jaxmarl_llm.runner.records import training_wall_s
+
     summary = json.loads((run_dir / "summary.json").read_text())
     if upto is not None:
         summary = {
@@ -168,7 +170,7 @@ def method_row(label: str, run_dir: Path, upto: int | None = None) -> dict:
         "run": str(run_dir.relative_to(ROOT)) if run_dir.is_relative_to(ROOT) else str(run_dir),
         "seeds": int(summary["num_seeds"]),
         "env_steps": int(summary["env_steps"]),
-        "wall_s": summary["wall_s"],
+        "wall_s": None if upto is not None else training_wall_s(run_dir / "metrics.csv", summary),
         "commit": summary.get("commit"),
         "env_steps_per_s": summary.get("env_steps_per_s"),
         "train_win_rate": summary.get("final_win_rate_mean"),
@@ -252,6 +254,10 @@ def markdown(rows: list[dict]) -> str:
     )
 
 
+def _slug(label: str) -> str:
+    return label.replace(" ", "_").replace("=", "")
+
+
 def run_figure(
     figure: str, overrides: list[str], quiet: bool, variants: list[str] | None = None
 ) -> list[dict]:
@@ -263,7 +269,7 @@ def run_figure(
     for label, (config, extra) in FIGURES[figure].items():
         if variants and label not in variants:
             continue
-        out = ROOT / "runs" / "vgepf" / figure / label.replace(" ", "_").replace("=", "")
+        out = ROOT / "runs" / "vgepf" / figure / _slug(label)
         run_into(config, [*extra, f"progress={not quiet}", *overrides], out, f"[{figure}] {label}")
         cfg = OmegaConf.load(out / "config.yaml")
         run_comparisons(cfg, out)
@@ -279,6 +285,31 @@ def run_figure(
                 shutil.copy(out / record, dest / Path(record).name)
     if figure in SHARED_ROWS:
         rows = shared_rows(figure, rows, OmegaConf.load(out / "config.yaml"), overrides, quiet)
+    return write_figure(figure, rows)
+
+
+def report_rows(figure: str) -> list[dict]:
+    """The rows of ``figure``'s finished variants (and their baselines) from the records
+    in ``experiments/results/vgepf/<figure>/``: the report without the runs folder."""
+    from omegaconf import OmegaConf
+
+    rows = []
+    for label in FIGURES[figure]:
+        dest = RESULTS / figure / _slug(label)
+        if not (dest / "summary.json").exists():
+            continue
+        rows.append(method_row(label, dest))
+        for other in OmegaConf.load(dest / "config.yaml").compare_with:
+            name = Path(other).stem
+            if (dest / "compare" / name / "summary.json").exists():
+                rows.append(method_row(baseline_label(name), dest / "compare" / name))
+    if not rows:
+        raise SystemExit(f"no finished {figure} records under {RESULTS / figure}")
+    return rows
+
+
+def write_figure(figure: str, rows: list[dict]) -> list[dict]:
+    """``<figure>.json``, ``.md`` and the radar chart from the figure's rows."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     radar(rows, RESULTS / f"{figure}_radar.png", f"{figure}: sampling policy, end of training")
@@ -435,6 +466,12 @@ def main(argv=None) -> int:
     p.add_argument(
         "--variant", action="append", metavar="LABEL", help="only this variant (repeatable)"
     )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="write the figure's tables and radar from its records in experiments/results "
+        "(the finished variants), training nothing",
+    )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_intermixed_args(argv)
     logging.basicConfig(format="%(message)s", stream=sys.stdout)
@@ -442,6 +479,11 @@ def main(argv=None) -> int:
     unknown = set(args.variant or ()) - set(FIGURES[args.figure])
     if unknown:
         p.error(f"no such {args.figure} variant: {sorted(unknown)}; {sorted(FIGURES[args.figure])}")
+    if args.report:
+        if args.figure in SHARED_ROWS:
+            p.error(f"--report reads a figure's own records; {args.figure} shares rows")
+        write_figure(args.figure, report_rows(args.figure))
+        return 0
     run_figure(args.figure, args.overrides, args.quiet, args.variant)
     return 0
 

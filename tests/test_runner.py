@@ -110,12 +110,22 @@ def test_resume_matches_uninterrupted_run(tmp_path, algo, finished):
             on_chunk=kill_after_first_chunk,
         )
     killed_dir = tmp_path / "killed" / "run"
-    assert len(list(csv.DictReader((killed_dir / "metrics.csv").open()))) == 2
+    killed_rows = list(csv.DictReader((killed_dir / "metrics.csv").open()))
+    assert len(killed_rows) == 2
+    # as if the first process had trained for a day: the resumed run's clock goes on
+    killed_rows[-1]["wall_s"] = "86400"
+    with (killed_dir / "metrics.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(killed_rows[0]))
+        writer.writeheader()
+        writer.writerows(killed_rows)
 
     resumed = run_experiment(
         tiny_cfg(tmp_path / "other", algo, *EVERY_CHUNK, f"resume={killed_dir}")
     )
     assert resumed.run_dir == killed_dir
+    later = list(csv.DictReader((killed_dir / "metrics.csv").open()))[2:]
+    assert later and all(86400 <= float(r["wall_s"]) < 86400 + 3600 for r in later)
+    assert 86400 < resumed.summary["wall_s"] < 86400 + 3600
     for a, b in zip(_leaves(full.state), _leaves(resumed.state), strict=True):
         np.testing.assert_array_equal(a, b)
     rows_full = list(csv.DictReader((full.run_dir / "metrics.csv").open()))

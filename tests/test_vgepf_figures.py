@@ -174,3 +174,17 @@ def test_same_code_reads_the_records_commit_against_the_run_code(tmp_path):
     clean = subprocess.run(["git", "-C", str(figures.ROOT), "diff", "--quiet", "HEAD", "--",
                             *figures.RUN_CODE]).returncode == 0  # fmt: skip
     assert figures.same_code(record) == clean
+
+
+def test_report_reads_the_finished_variants_records_and_their_baselines(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "RESULTS", tmp_path)
+    vgepf = _run(tmp_path / "fig12_hard" / "V-GEPF", {10: (0.5, 0.25)}, 0.4)
+    (vgepf / "config.yaml").write_text("compare_with: [configs/mappo_football_x.yaml]\n")
+    _run(vgepf / "compare" / "mappo_football_x", {10: (1.0, 0.75)}, 0.6)
+    # a variant still running has no summary: left out
+    (tmp_path / "fig12_hard" / "V-GEPF_raw_cosine").mkdir()
+    rows = figures.report_rows("fig12_hard")
+    assert [r["method"] for r in rows] == ["V-GEPF", "MAPPO"]
+    assert rows[1]["eval"]["win_rate"]["per_seed"] == [1.0, 0.75]
+    with pytest.raises(SystemExit, match="no finished fig12_easy records"):
+        figures.report_rows("fig12_easy")

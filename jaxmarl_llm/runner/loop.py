@@ -116,7 +116,7 @@ def train_in_chunks(
     sync("run started")  # every process has read the run folder before it is rewritten
     records = RunLog(cfg, run_dir, resumed_at=done if cfg.resume else None)
     bar = Progress(cfg, run.total_updates, run.steps_per_update, done)
-    timings = Timings(compile_s=compile_s)
+    timings = Timings(compile_s=compile_s, wall0=time.perf_counter() - records.wall_s_before)
     if extended_from is not None and done == extended_from // run.steps_per_update:
         state = _catch_up_round(run, state, done, timings)
     try:

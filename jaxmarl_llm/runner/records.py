@@ -40,6 +40,7 @@ class MetricsWriter:
     def __init__(self, path: Path, keep_updates: int | None):
         self.path = path
         self.header: list[str] | None = None
+        self.last_kept: dict[str, str] = {}  # the last row a resumed run keeps
         self.writes = is_primary()
         if not self.writes:
             return
@@ -51,6 +52,7 @@ class MetricsWriter:
                 kept = [r for r in rows[1:] if int(r[0]) <= keep_updates]
                 with path.open("w", newline="") as f:
                     csv.writer(f).writerows([self.header, *kept])
+                self.last_kept = dict(zip(self.header, kept[-1], strict=True)) if kept else {}
         elif path.exists():
             path.unlink()
 
@@ -162,6 +164,12 @@ class RunLog:
         self.evals = MetricsWriter(run_dir / "eval.csv", resumed_at)
         self.wandb = _Wandb(cfg, run_dir)
 
+    @property
+    def wall_s_before(self) -> float:
+        """The training wall time a resumed run's kept rows took (0 for a fresh run): its
+        rows' and summary's ``wall_s`` go on from there."""
+        return float(self.metrics.last_kept.get("wall_s", 0.0))
+
     def train(self, rows: list[dict]) -> None:
         self.metrics.write(rows)
         self.wandb.log(rows)
@@ -193,6 +201,18 @@ def final_values(
     return np.array(out)
 
 
+def training_wall_s(csv_path: Path, summary: dict) -> float:
+    """A run's training wall time: its summary's ``wall_s``, or, where its ``metrics.csv``
+    clock restarted at a resume (runs resumed before ``wall_s`` carried over), the sum of
+    each stretch's last ``wall_s`` plus what the last process added after its last row."""
+    if not csv_path.exists():
+        return float(summary["wall_s"])
+    with csv_path.open() as f:
+        walls = [float(r["wall_s"]) for r in csv.DictReader(f) if r.get("wall_s")]
+    ends = [a for a, b in zip(walls, walls[1:], strict=False) if b < a]  # stretches cut off
+    return math.fsum(ends) + float(summary["wall_s"])
+
+
 def final_eval(csv_path: Path) -> dict:
     """The last greedy evaluation of a run as summary fields (none without ``eval.csv``)."""
     if not csv_path.exists():
@@ -215,7 +235,9 @@ def final_eval(csv_path: Path) -> dict:
 class Timings:
     """Where a run's time went, for its summary: compiling, training chunks (``run_s``,
     over ``run_steps`` env steps per seed), feedback rounds and evaluations between
-    chunks; ``wall0`` is when training started."""
+    chunks; ``wall0`` is when training started (for a resumed run, earlier by the wall
+    time of the updates it kept, so ``wall_s`` counts the whole run; the other fields
+    count this process)."""
 
     compile_s: float = 0.0
     wall0: float = field(default_factory=time.perf_counter)

@@ -285,6 +285,8 @@ def run_figure(
                 shutil.copy(out / record, dest / Path(record).name)
     if figure in SHARED_ROWS:
         rows = shared_rows(figure, rows, OmegaConf.load(out / "config.yaml"), overrides, quiet)
+    elif variants:  # the tables keep the variants that ran before, from their records
+        rows = report_rows(figure)
     return write_figure(figure, rows)
 
 

@@ -60,20 +60,20 @@ def auc(pos, neg) -> float | None:
 
 
 def correlation(x, y) -> float | None:
-    """Pearson correlation (None where either side is constant)."""
+    """Pearson correlation (None where either side is constant or has under 2 values)."""
     import numpy as np
 
     x, y = np.asarray(x, float).ravel(), np.asarray(y, float).ravel()
-    if x.std() == 0 or y.std() == 0:
+    if x.size < 2 or x.std() == 0 or y.std() == 0:
         return None
     return float(np.corrcoef(x, y)[0, 1])
 
 
 def episodes(done, won):
     """Episodes inside a window of one env: ``done`` and ``won`` ``[T]`` (the step that
-    ended an episode, whether it was won). Returns ``(first, last, won)`` index lists: an
-    episode's first step is the step after an end (or None where it began before the
-    window) and its last step is the step that ended it."""
+    ended an episode, whether it was won). Returns one ``(first, last, won)`` per episode:
+    its first step is the step after an end (None where it began before the window) and
+    its last step is the step that ended it."""
     ends = [t for t in range(len(done)) if done[t]]
     out = []
     for i, t in enumerate(ends):

@@ -20,6 +20,7 @@ def test_correlation_is_none_for_a_constant_side():
     assert check.correlation(x, 2 * x + 1) == pytest.approx(1.0)
     assert check.correlation(x, -x) == pytest.approx(-1.0)
     assert check.correlation(x, np.ones(6)) is None
+    assert check.correlation(x[:0], x[:0]) is None  # no state where blue owns the ball
 
 
 def test_episodes_start_after_an_end_and_the_first_is_open():

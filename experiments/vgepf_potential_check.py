@@ -83,9 +83,16 @@ def episodes(done, won):
 
 
 def shaping_rewards(phi, done, gamma: float):
-    """``gamma * phi(s') - phi(s)`` ``[S, T - 1, E]`` along steps ``[S, T, E]`` of play, 0
-    for ``phi(s')`` where the episode ended (the state after it is the next episode's)."""
-    return gamma * phi[:, 1:] * ~done[:, :-1] - phi[:, :-1]
+    """The shaper's ``gamma * phi(s') - phi(s)`` (``shaper.potential_difference``)
+    ``[S, T - 1, E]`` along steps ``[S, T, E]`` of play; the state after an episode's end
+    is the next episode's, so ``phi(s')`` there is the end's 0."""
+    import numpy as np
+
+    from jaxmarl_llm.shaper import potential_difference
+
+    now = phi[:, :-1]
+    f = potential_difference(gamma, done[:, :-1], now, phi[:, 1:], now[..., None])  # one agent
+    return np.asarray(f)[..., 0]
 
 
 def skill_stats(cos, pred, ball_x, owned, done, won, gamma: float) -> dict:
@@ -170,7 +177,7 @@ def check(vgepf_run: Path, policy_runs: list[Path], steps: int, seed: int) -> di
     texts = np.stack([text_embedding(clip, name) for name in SKILL_NAMES])  # [K, D]
     predicates = jax.jit(jax.vmap(skill_predicates))
 
-    out = {"vgepf_run": str(vgepf_run), "steps": steps, "seed": seed, "skills": {}}
+    out = {"vgepf_run": str(vgepf_run), "steps": steps, "seed": seed}
     feedback = vgepf_run / "feedback.json"
     if feedback.exists():
         rounds = json.loads(feedback.read_text())

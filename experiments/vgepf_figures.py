@@ -3,7 +3,7 @@
 
     python experiments/vgepf_figures.py counterattack  # V-GEPF vs MAPPO, IPPO, HAPPO, MAPPO-xT
     python experiments/vgepf_figures.py fig12_hard     # the appendix's budget: rho 1, 6.4M
-                                                       # and its raw-cosine, ball-location runs
+                                                       # and its normalised, ball-location runs
     python experiments/vgepf_figures.py skills         # one fixed skill per run (Fig. 7)
     python experiments/vgepf_figures.py rho            # rho = 1, 0.5, 0.1 (Fig. 11)
     python experiments/vgepf_figures.py eleven_hard    # 11 vs 11 hard, V-GEPF vs the baselines
@@ -49,11 +49,11 @@ FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
     "fig12_easy": {"V-GEPF": ("vgepf_counterattack_easy_fig12", [])},
     "fig12_hard": {
         "V-GEPF": ("vgepf_counterattack_hard_fig12", []),
-        # phi as eq. 2 defines it, the raw cosine: the paper normalises it only to plot it
-        # (sec. 5.3), where training on the normalised phi multiplies F by 1 / std(cos)
-        "V-GEPF raw cosine": (
+        # phi normalised per skill switch, as the paper's analysis of Fig. 5 does (sec. 5.3;
+        # its eq. 2 trains on the raw cosine): training on it multiplies F by 1 / std(cos)
+        "V-GEPF normalised": (
             "vgepf_counterattack_hard_fig12",
-            ["shaping.kwargs.normalise=false", "compare_with=[]"],
+            ["shaping.kwargs.normalise=true", "compare_with=[]"],
         ),
         # the one skill whose potential rises as the team carries the ball toward the goal
         # (experiments/vgepf_potential_check.py), held for the whole run
@@ -291,20 +291,19 @@ def run_figure(
 
 
 def report_rows(figure: str) -> list[dict]:
-    """The rows of ``figure``'s finished variants (and their baselines) from the records
-    in ``experiments/results/vgepf/<figure>/``: the report without the runs folder."""
-    from omegaconf import OmegaConf
-
+    """The rows of ``figure``'s finished variants (and the finished baselines in their
+    ``compare/`` folders) from the records in ``experiments/results/vgepf/<figure>/``: the
+    report without the runs folder."""
     rows = []
     for label in FIGURES[figure]:
         dest = RESULTS / figure / _slug(label)
         if not (dest / "summary.json").exists():
             continue
         rows.append(method_row(label, dest))
-        for other in OmegaConf.load(dest / "config.yaml").compare_with:
-            name = Path(other).stem
-            if (dest / "compare" / name / "summary.json").exists():
-                rows.append(method_row(baseline_label(name), dest / "compare" / name))
+        compare = dest / "compare"
+        for run in sorted(compare.iterdir()) if compare.is_dir() else []:
+            if (run / "summary.json").exists():
+                rows.append(method_row(baseline_label(run.name), run))
     if not rows:
         raise SystemExit(f"no finished {figure} records under {RESULTS / figure}")
     return rows
@@ -315,12 +314,25 @@ def write_figure(figure: str, rows: list[dict]) -> list[dict]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     radar(rows, RESULTS / f"{figure}_radar.png", f"{figure}: sampling policy, end of training")
+    win_curves(rows, figure)
     table = markdown(rows)
     if figure == "skills":
         table += "\n" + skill_targets(rows)
     (RESULTS / f"{figure}.md").write_text(table)
     print(table)
     return rows
+
+
+def win_curves(rows: list[dict], figure: str) -> None:
+    """``<figure>_win.png`` (the sampling policy's win rate) and ``<figure>_test_win.png``
+    (the greedy test win rate) of every row's run, mean and seeds' band."""
+    from jaxmarl_llm.plotting import plot_runs
+
+    runs = {row["method"]: ROOT / row["run"] for row in rows}
+    plot_runs(runs, RESULTS / f"{figure}_win.png", "win_rate", f"{figure}: sampling win rate")
+    plot_runs(
+        runs, RESULTS / f"{figure}_test_win.png", "eval_win_rate", f"{figure}: greedy test win rate"
+    )
 
 
 # where the counterattack figure's records of each reference row are kept

@@ -182,7 +182,7 @@ def test_report_reads_the_finished_variants_records_and_their_baselines(tmp_path
     (vgepf / "config.yaml").write_text("compare_with: [configs/mappo_football_x.yaml]\n")
     _run(vgepf / "compare" / "mappo_football_x", {10: (1.0, 0.75)}, 0.6)
     # a variant still running has no summary: left out
-    (tmp_path / "fig12_hard" / "V-GEPF_raw_cosine").mkdir()
+    (tmp_path / "fig12_hard" / "V-GEPF_normalised").mkdir()
     rows = figures.report_rows("fig12_hard")
     assert [r["method"] for r in rows] == ["V-GEPF", "MAPPO"]
     assert rows[1]["eval"]["win_rate"]["per_seed"] == [1.0, 0.75]
@@ -198,11 +198,14 @@ def test_running_one_variant_keeps_the_others_in_the_figures_tables(tmp_path, mo
     vgepf = _run(tmp_path / "results" / "fig12_hard" / "V-GEPF", {10: (0.5, 0.25)}, 0.4)
     (vgepf / "config.yaml").write_text("compare_with: [configs/mappo_football_x.yaml]\n")
     _run(vgepf / "compare" / "mappo_football_x", {10: (1.0, 0.75)}, 0.6)
-    raw = _run(tmp_path / "runs" / "vgepf" / "fig12_hard" / "V-GEPF_raw_cosine", {10: (0, 1)}, 0.2)
-    (raw / "config.yaml").write_text("compare_with: []\n")
+    runs = tmp_path / "runs" / "vgepf" / "fig12_hard"
+    normalised = _run(runs / "V-GEPF_normalised", {10: (0, 1)}, 0.2)
+    (normalised / "config.yaml").write_text("compare_with: []\n")
     monkeypatch.setattr(runner, "run_into", lambda *a, **k: None)  # the run is finished
     monkeypatch.setattr(runner, "run_comparisons", lambda *a, **k: None)
-    rows = figures.run_figure("fig12_hard", [], True, ["V-GEPF raw cosine"])
-    assert [r["method"] for r in rows] == ["V-GEPF", "MAPPO", "V-GEPF raw cosine"]
+    rows = figures.run_figure("fig12_hard", [], True, ["V-GEPF normalised"])
+    assert [r["method"] for r in rows] == ["V-GEPF", "MAPPO", "V-GEPF normalised"]
     table = (tmp_path / "results" / "fig12_hard.md").read_text()
-    assert "| V-GEPF | " in table and "| V-GEPF raw cosine | " in table
+    assert "| V-GEPF | " in table and "| V-GEPF normalised | " in table
+    for curves in ("fig12_hard_win.png", "fig12_hard_test_win.png"):
+        assert (tmp_path / "results" / curves).stat().st_size > 0

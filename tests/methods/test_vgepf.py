@@ -158,6 +158,11 @@ def test_normalisation_gives_zero_mean_unit_std_on_its_batch(clip, play):
     assert normalisation(np.ones(5), True)[1] > 0  # a constant potential does not divide by 0
 
 
+def test_the_default_potential_is_eq_2s_raw_cosine(clip, env):
+    shaper = vgepf_shaper(env, vgepf_config({}), clip)  # random play would normalise it
+    assert (float(shaper.params.mean), float(shaper.params.std)) == (0.0, 1.0)
+
+
 def test_every_k_evaluates_phi_on_every_kth_episode_step_only(clip, play):
     params = initial_params(clip, "encourage dribbling")
     full = potential(clip.config, params, play.state, SIZE)
@@ -349,7 +354,11 @@ def _metrics(seeds, n, shots, win):
 
 
 def test_rounds_switch_skill_renormalise_and_replay_on_resume(clip, env, play, tmp_path):
-    cfg = _cfg(skill="ball location", selection={"every": 2, "rounds": 3, "collect_steps": 6})
+    cfg = _cfg(
+        skill="ball location",
+        normalise=True,
+        selection={"every": 2, "rounds": 3, "collect_steps": 6},
+    )
     shaper = vgepf_shaper(env, cfg, clip, artifact_dir=tmp_path)
     fb = shaper.feedback
     assert isinstance(fb, VGEPFFeedback) and (fb.every, fb.rounds) == (2, 3)

@@ -2,7 +2,7 @@
 chosen every few epochs by a selector.
 
 ``shaping.name: vgepf`` trains on ``r_env + rho * (gamma * phi(s') - phi(s))`` with
-``phi(s) = cos(CLIP image(render(s)), CLIP text(skill))`` normalised per skill
+``phi(s) = cos(CLIP image(render(s)), CLIP text(skill))``, optionally normalised per skill
 (``potential.py``); every ``selection.every`` updates a selector (a scripted rule, a
 language model, or a vision-language model shown frames of the last episode) picks the
 next skill from the paper's pool of seven (``select.py``, ``online.py``).

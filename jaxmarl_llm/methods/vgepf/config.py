@@ -58,13 +58,16 @@ class VGEPFConfig:
     skill: str = "encourage attack"  # the first skill (the only one with selector: none)
     gamma: float = 0.995
     # phi is evaluated on states whose episode step is a multiple of every_k and is 0
-    # (the normalised mean) on the others; 1: every state
+    # on the others (the mean when normalised); 1: every state
     every_k: int = 1
     # frames are drawn at this side and resized to the CLIP input; null: the CLIP's size
     image_size: int | None = None
-    normalise: bool = True  # (phi - mean) / std with the stats of the skill's first batch
-    # random-play steps per env (and envs) that normalise the first skill before any
-    # policy has played (0: no normalisation until the first selection)
+    # false: phi is the raw cosine, as eq. 2 defines it; true: (phi - mean) / std with the
+    # stats of the skill's first batch (as sec. 5.3 analyses Fig. 5's potentials), which
+    # scales F by 1 / std(cos): about 10x with the in-project CLIP
+    normalise: bool = False
+    # with normalise: random-play steps per env (and envs) that normalise the first skill
+    # before any policy has played (0: no normalisation until the first selection)
     normalise_steps: int = 16
     normalise_envs: int = 8
     selection: Selection = field(default_factory=Selection)

@@ -1,14 +1,15 @@
 """V-GEPF's potential and shaping reward (paper section 4.1).
 
-``phi(s | l) = cos(tau_I(render(s)), tau_L(l))``, normalised as ``(phi - mean) / std``
-with the statistics of the skill's first batch, and 0 at an episode's end;
+``phi(s | l) = cos(tau_I(render(s)), tau_L(l))`` (eq. 2), or with ``normalise`` the cosine
+as ``(phi - mean) / std`` with the statistics of the skill's first batch, and 0 at an
+episode's end;
 ``F = gamma * phi(s') - phi(s)``, the same for every agent. The shaper's parameters hold
 the CLIP image tower, the skill's unit text embedding, the normalisation and the skill
 index, so a skill switch is a change of parameters and never a recompilation.
 
 ``every_k``: phi is evaluated on states whose episode step (``FootballState.step``) is a
 multiple of ``every_k`` and is 0 on the others. 0 is the normalised potential's mean, so
-a skipped state counts as an average one. The potential stays a function of the state
+there a skipped state counts as an average one. The potential stays a function of the state
 alone, so the shaping is still potential-based (the optimal policy is unchanged), and a
 function of the batch alone (no value is carried between steps). Inside a learner the
 image tower still runs on every state: the learner vmaps the shaper over seeds, where a

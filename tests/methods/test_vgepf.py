@@ -416,6 +416,9 @@ def test_kwargs_are_checked_when_the_config_loads(tmp_path):
         cfg({"selection": {"selector": "oracle"}})
     with pytest.raises(ConfigError, match="unknown skill 'shoot'"):
         cfg({"skill": "shoot"})
+    with pytest.raises(ConfigError, match="every_k=4 needs normalise: true"):
+        cfg({"every_k": 4})
+    assert cfg({"every_k": 4, "normalise": True}).shaping.kwargs.every_k == 4
     assert cfg({}).shaping.kwargs.clip_weights is None
 
 

@@ -58,7 +58,7 @@ class VGEPFConfig:
     skill: str = "encourage attack"  # the first skill (the only one with selector: none)
     gamma: float = 0.995
     # phi is evaluated on states whose episode step is a multiple of every_k and is 0
-    # on the others (the mean when normalised); 1: every state
+    # (the normalised mean; > 1 needs normalise: true) on the others; 1: every state
     every_k: int = 1
     # frames are drawn at this side and resized to the CLIP input; null: the CLIP's size
     image_size: int | None = None
@@ -92,6 +92,13 @@ class VGEPFConfig:
                 raise ValueError(f"selection.{key} must be >= 0, got {getattr(sel, key)}")
         if cfg.every_k < 1:
             raise ValueError(f"every_k must be >= 1, got {cfg.every_k}")
+        if cfg.every_k > 1 and not cfg.normalise:
+            # a skipped state's 0 is the normalised phi's mean, but far below the raw
+            # cosine's (0.3 with the in-project CLIP): F would jump by it every few steps
+            raise ValueError(
+                f"every_k={cfg.every_k} needs normalise: true (skipped states get phi 0, "
+                "the normalised potential's mean, not the raw cosine's)"
+            )
         if not 0.0 < cfg.gamma <= 1.0:
             raise ValueError(f"gamma must be in (0, 1], got {cfg.gamma}")
         if cfg.image_size is not None and cfg.image_size < 8:

@@ -9,7 +9,8 @@ index, so a skill switch is a change of parameters and never a recompilation.
 
 ``every_k``: phi is evaluated on states whose episode step (``FootballState.step``) is a
 multiple of ``every_k`` and is 0 on the others. 0 is the normalised potential's mean, so
-there a skipped state counts as an average one. The potential stays a function of the state
+a skipped state counts as an average one (the config refuses ``every_k > 1`` on the raw
+cosine, whose mean is not 0). The potential stays a function of the state
 alone, so the shaping is still potential-based (the optimal policy is unchanged), and a
 function of the batch alone (no value is carried between steps). Inside a learner the
 image tower still runs on every state: the learner vmaps the shaper over seeds, where a

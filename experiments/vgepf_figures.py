@@ -42,6 +42,9 @@ TAIL = 0.2  # fraction of training whose greedy evaluations make a method's fina
 # the radar's axes (the paper's Fig. 4 / 7): episode statistics of greedy play
 RADAR = ("goals_scored", "shots", "shot_success", "passes", "pass_success", "possession", "spread")
 
+# phi = 0.3 wherever the left team has the ball, 0 elsewhere (an xT grid file)
+CONSTANT_GRID = ROOT / "experiments" / "vgepf_constant_potential.json"
+
 # figure -> {variant label: (config, overrides)}; a config's compare_with runs beside it
 FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
     "counterattack": {"V-GEPF": ("vgepf_counterattack_easy", [])},
@@ -54,6 +57,17 @@ FIGURES: dict[str, dict[str, tuple[str, list[str]]]] = {
         "V-GEPF normalised": (
             "vgepf_counterattack_hard_fig12",
             ["shaping.kwargs.normalise=true", "compare_with=[]"],
+        ),
+        # the control: phi a constant (V-GEPF's mean raw cosine) while the team has the ball,
+        # the same shaping without what the frame shows (the xT shaper on a constant grid)
+        "constant potential": (
+            "mappo_football_counterattack_hard_fig12",
+            [
+                "shaping.name=xt",
+                "shaping.coef=1.0",
+                f"shaping.kwargs={{grid: {CONSTANT_GRID}, opponent: zero, gamma: 0.995}}",
+                "compare_with=[]",
+            ],
         ),
         # the one skill whose potential rises as the team carries the ball toward the goal
         # (experiments/vgepf_potential_check.py), held for the whole run

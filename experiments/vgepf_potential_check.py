@@ -28,8 +28,9 @@ pooled):
 * ``shaping_std``: the standard deviation of ``gamma * phi(s') - phi(s)`` per step, with
   ``phi`` the cosine normalised on these states (as a selection round normalises it), at
   rho = 1; beside the env reward's per step (``env_reward_std``) it says how much of the
-  reward PPO's normalised advantages see is the potential's. A run on the raw cosine
-  (``normalise: false``) pays ``cos_std`` times these.
+  reward PPO's normalised advantages see is the potential's;
+* ``raw_end_pay`` and ``raw_shaping_std``: the same two with ``phi`` the raw cosine, as
+  eq. 2 defines it and a run with ``normalise: false`` trains on it.
 
 Also the skills the V-GEPF run's selection rounds chose, per round and seed
 (``feedback.json``; the last is the one it trains with). Writes ``--out`` (default
@@ -129,6 +130,10 @@ def skill_stats(cos, pred, ball_x, owned, done, won, gamma: float) -> dict:
         "rise_won": mean(rise_won),
         "rise_lost": mean(rise_lost),
         "shaping_std": float(shaping_rewards(phi, done, gamma).std()),
+        # what a run on the raw cosine (eq. 2) pays: phi = cos
+        "raw_end_pay": float(-np.mean(np.r_[last_won, last_lost])) if last_won or last_lost
+        else None,
+        "raw_shaping_std": float(shaping_rewards(cos, done, gamma).std()),
         "cos_mean": float(cos.mean()),
         "cos_std": float(cos.std()),
     }

@@ -53,6 +53,9 @@ def test_skill_stats_on_a_potential_that_rises_toward_wins():
     assert stats["end_pay"] == pytest.approx(-(phi[0, 2, 0] + phi[0, 5, 0]) / 2)
     f = check.shaping_rewards(phi, done, 0.5)
     assert stats["shaping_std"] == pytest.approx(f.std())
+    # on the raw cosine: ending A at 1.0 and B at 0.0 pays -0.5 on average
+    assert stats["raw_end_pay"] == pytest.approx(-0.5)
+    assert stats["raw_shaping_std"] == pytest.approx(check.shaping_rewards(cos, done, 0.5).std())
 
 
 def test_shaping_rewards_drop_the_next_state_after_an_end():

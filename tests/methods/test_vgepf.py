@@ -445,6 +445,7 @@ def test_tiny_mappo_run_switches_skill(clip_dir, tmp_path):
             "kwargs": {
                 "clip_weights": str(clip_dir),
                 "skill": "encourage attack",
+                "normalise": True,  # the normalised variant end to end (random play first)
                 "normalise_steps": 2,
                 "normalise_envs": 2,
                 "selection": {"selector": "scripted", "every": 1, "rounds": 2, "collect_steps": 4},

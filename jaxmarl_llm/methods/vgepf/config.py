@@ -17,8 +17,9 @@ class Selection:
 
     Every ``every`` learner updates, ``rounds`` times, each seed's policy plays
     ``collect_steps`` steps per env; the selector reads the training records (and, for
-    ``vision``, frames of the last episode) and names the next skill, and the potential is
-    renormalised on those steps under it. The paper selects every 50 epochs.
+    ``vision``, frames of the last episode) and names the next skill (and, with
+    ``normalise``, the potential is renormalised on those steps under it). The paper
+    selects every 50 epochs.
     """
 
     # none: the initial skill all run long; scripted: a fixed rule over the records (no

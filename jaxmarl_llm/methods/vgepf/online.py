@@ -9,14 +9,14 @@ each seed:
 1. takes the records of the updates since the previous round (the runner calls ``refit``
    before ``after_chunk`` at the same update, so a round sees the records up to the chunk
    before it and the next round starts with that chunk) and the last skill's potential
-   record: its mean normalised potential on the batch of the round that chose it (0 by
-   construction) and of every round since;
+   record: its mean potential on the batch of the round that chose it (0 by construction
+   when normalised) and of every round since;
 2. asks the selector for the next skill (with frames of the seed's last finished episode
    in the batch for the vision selector);
-3. embeds the skill's instruction and renormalises the potential on the batch's states:
-   mean and std of the raw cosine over the states where phi is evaluated. This batch is
-   our reading of the paper's "first epoch after each switch": the states the current
-   policy visits when the skill takes over.
+3. embeds the skill's instruction and, with ``normalise``, renormalises the potential on
+   the batch's states: mean and std of the raw cosine over the states where phi is
+   evaluated. This batch is our reading of the paper's "first epoch after each switch":
+   the states the current policy visits when the skill takes over.
 
 Each round is written to ``<run>/vgepf/round_K.json`` (records, answers, choice,
 normalisation); a resumed run that repeats round K takes its choice from there and

@@ -102,8 +102,9 @@ def evaluated(step: jax.Array, every_k: int) -> jax.Array:
 def potential(
     cfg: CLIPConfig, params: VGEPFParams, states: Any, size: int, every_k: int = 1
 ) -> jax.Array:
-    """Normalised potential ``[...]`` of football states with any leading shape ``[...]``
-    (the shape of ``states.step``)."""
+    """The potential ``[...]`` of football states with any leading shape ``[...]`` (the
+    shape of ``states.step``): the cosine less ``params.mean``, over ``params.std`` (0 and
+    1 for the raw cosine)."""
     lead = states.step.shape
     n = int(np.prod(lead)) if lead else 1
     flat = jax.tree.map(lambda x: x.reshape((n, *x.shape[len(lead) :])), states)

@@ -54,7 +54,7 @@ class Records:
 
     shots: tuple[float, ...]  # mean shots per episode
     win_rate: tuple[float, ...]
-    potential: tuple[float, ...]  # the last skill's mean normalised potential, per round
+    potential: tuple[float, ...]  # the last skill's mean potential, per round
 
     def as_dict(self) -> dict[str, list[float | None]]:
         clean = lambda xs: [None if math.isnan(x) else x for x in xs]

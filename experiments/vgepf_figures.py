@@ -324,7 +324,8 @@ def report_rows(figure: str) -> list[dict]:
 
 
 def write_figure(figure: str, rows: list[dict]) -> list[dict]:
-    """``<figure>.json``, ``.md`` and the radar chart from the figure's rows."""
+    """``<figure>.json``, ``.md``, the radar chart and the win curves from the figure's
+    rows."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{figure}.json").write_text(json.dumps(rows, indent=2))
     radar(rows, RESULTS / f"{figure}_radar.png", f"{figure}: sampling policy, end of training")
@@ -497,8 +498,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--report",
         action="store_true",
-        help="write the figure's tables and radar from its records in experiments/results "
-        "(the finished variants), training nothing",
+        help="write the figure's tables, radar and win curves from its records in "
+        "experiments/results (the finished variants), training nothing",
     )
     p.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     args = p.parse_intermixed_args(argv)

@@ -116,6 +116,8 @@ def skill_stats(cos, pred, ball_x, owned, done, won, gamma: float) -> dict:
     def mean(x):
         return float(np.mean(x)) if len(x) else None
 
+    ends = np.r_[last_won, last_lost]  # the cosine at every ended episode's last state
+
     return {
         "corr_predicate": correlation(cos, pred),
         "corr_ball_x": correlation(cos, ball_x),
@@ -124,15 +126,12 @@ def skill_stats(cos, pred, ball_x, owned, done, won, gamma: float) -> dict:
         "predicate_corr_ball_x_owned": correlation(pred[owned], ball_x[owned]),
         "predicate_holds": float((pred > 0).mean()),
         "auc_won": auc(last_won, last_lost),
-        "end_pay": float(-np.mean((np.r_[last_won, last_lost] - cos.mean()) / scale))
-        if last_won or last_lost
-        else None,
+        "end_pay": float(-np.mean((ends - cos.mean()) / scale)) if ends.size else None,
         "rise_won": mean(rise_won),
         "rise_lost": mean(rise_lost),
         "shaping_std": float(shaping_rewards(phi, done, gamma).std()),
         # what a run on the raw cosine (eq. 2) pays: phi = cos
-        "raw_end_pay": float(-np.mean(np.r_[last_won, last_lost])) if last_won or last_lost
-        else None,
+        "raw_end_pay": float(-ends.mean()) if ends.size else None,
         "raw_shaping_std": float(shaping_rewards(cos, done, gamma).std()),
         "cos_mean": float(cos.mean()),
         "cos_std": float(cos.std()),

@@ -7,16 +7,23 @@ length and success against env steps, median and 25-75% band over seeds.
 
 Per map it trains (or reuses, or resumes) into ``runs/verco/<map>/``:
 
-* ``lm/``: ``verco_salad_<map>``, whose ``compare_with`` trains TWOSOME (no messages) and
-  the untrained language model beside it with the same seeds and env-step budget;
+* ``lm/``: ``verco_salad_<map>``; ``lm/compare/twosome_salad_<map>`` (TWOSOME, no
+  messages) and ``lm/compare/lm_zero_shot_salad_<map>`` (the untrained language model),
+  each with the same ``key=value`` arguments, seeds and env-step budget;
 * ``ppo/`` and ``commnet/``: the symbolic baselines at their own budget (their first
   update alone takes more env steps than the language-model runs' whole budget).
 
-Extra ``key=value`` arguments go to the language-model runs. The x axis is logarithmic so
-that both budgets show. Results: ``experiments/results/verco/salad_<map>.{json,md,png}``;
-each method's numbers are taken at the language-model budget (for a symbolic baseline:
-its first logged update at or past that budget, and its start, which is the random policy)
-and at the end of its run.
+Extra ``key=value`` arguments go to every language-model run. ``--stage N`` grows the
+language-model runs' budgets together, N env steps at a time (each run extended by
+``resume``), so a comparison longer than a working session shows every method at the same
+env steps whenever it stops; the same command continues it. ``--zero-shot-steps`` caps the
+untrained model's run, whose policy does not change with env steps. The x axis is
+logarithmic so that both budgets show.
+
+Results: ``experiments/results/verco/salad_<map>.{json,md,png}``, written after the
+symbolic runs and again after every stage; each method's numbers are taken at the
+language-model budget reached (for a symbolic baseline: its first logged update at or past
+that budget, and its start, which is the random policy) and at the end of its run.
 """
 
 from __future__ import annotations
@@ -34,15 +41,11 @@ RUNS = ROOT / "runs" / "verco"
 
 METRICS = {"episode_return": "episode return", "episode_length": "episode length",
            "win_rate": "success rate"}  # fmt: skip
-# method label -> (config name pattern, folder under runs/verco/<map>/, compare_with name)
+# method label -> (config name pattern, folder under runs/verco/<map>/)
 LM_METHODS = {
-    "Verco": ("verco_salad_{m}", "lm", None),
-    "TWOSOME": ("twosome_salad_{m}", "lm/compare/twosome_salad_{m}", "twosome_salad_{m}"),
-    "LM zero-shot": (
-        "lm_zero_shot_salad_{m}",
-        "lm/compare/lm_zero_shot_salad_{m}",
-        "lm_zero_shot_salad_{m}",
-    ),
+    "Verco": ("verco_salad_{m}", "lm"),
+    "TWOSOME": ("twosome_salad_{m}", "lm/compare/twosome_salad_{m}"),
+    "LM zero-shot": ("lm_zero_shot_salad_{m}", "lm/compare/lm_zero_shot_salad_{m}"),
 }
 SYMBOLIC_METHODS = {
     "Symbolic PPO": ("ppo_salad_{m}", "ppo"),
@@ -161,6 +164,28 @@ def markdown(rows: list[dict], budget: int | None) -> str:
     return "\n".join(lines)
 
 
+def stage_targets(budget: int, stage: int | None) -> list[int]:
+    """The budgets every language-model run reaches in turn: ``stage``, ``2 * stage``, ...
+    and ``budget`` (``[budget]`` alone without a stage)."""
+    if stage is None or stage >= budget:
+        return [budget]
+    return [*range(stage, budget, stage), budget]
+
+
+def write_report(m: str, runs: dict[str, Path], budget: int | None) -> None:
+    """The comparison's JSON, markdown table and plot from the runs' folders."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    order = [*LM_METHODS, *SYMBOLIC_METHODS]
+    runs = {k: runs[k] for k in order if k in runs}
+    rows = [method_row(label, d, budget) for label, d in runs.items()]
+    stem = RESULTS / f"salad_{m}"
+    stem.with_suffix(".json").write_text(json.dumps({"lm_budget": budget, "rows": rows},
+                                                    indent=1))  # fmt: skip
+    stem.with_suffix(".md").write_text(markdown(rows, budget))
+    plot(runs, stem.with_suffix(".png"), f"salad:{m.upper()} (median, 25-75% over seeds)")
+    print(stem.with_suffix(".md").read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(message)s")
     logging.getLogger("jaxmarl_llm").setLevel(logging.INFO)
@@ -175,34 +200,49 @@ def main(argv: list[str] | None = None) -> int:
         "--symbolic-seeds", type=int, default=None,
         help="num_seeds of the symbolic runs (default: their config's)",
     )  # fmt: skip
+    parser.add_argument(
+        "--stage", type=int, default=None,
+        help="grow the language-model runs together, this many env steps at a time",
+    )  # fmt: skip
+    parser.add_argument(
+        "--zero-shot-steps", type=int, default=None,
+        help="env steps of the untrained model's run (default: the language-model budget)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    for flag in ("stage", "zero_shot_steps"):
+        if (value := getattr(args, flag)) is not None and value <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be > 0, got {value}")
 
     from jaxmarl_llm.config import load_config
     from jaxmarl_llm.runner import run_into
 
     m = args.map
     runs_root = RUNS / m
+    algo = load_config(LM_METHODS["Verco"][0].format(m=m), args.overrides).algo
+    budget, per_iteration = int(algo.total_timesteps), int(algo.num_envs) * int(algo.num_steps)
+    if args.stage is not None and args.stage % per_iteration:
+        parser.error(
+            f"--stage {args.stage} is not a whole number of iterations "
+            f"(algo.num_envs * algo.num_steps = {per_iteration} env steps)"
+        )
     runs: dict[str, Path] = {}
-    budget = None
-    if not args.only_symbolic:
-        budget = int(load_config(LM_METHODS["Verco"][0].format(m=m), args.overrides)
-                      .algo.total_timesteps)  # fmt: skip
-        run_into(LM_METHODS["Verco"][0].format(m=m), args.overrides, runs_root / "lm")
-        for label, (_, folder, _) in LM_METHODS.items():
-            runs[label] = runs_root / folder.format(m=m)
     symbolic = [] if args.symbolic_seeds is None else [f"num_seeds={args.symbolic_seeds}"]
     for label, (config, folder) in SYMBOLIC_METHODS.items():
         run_into(config.format(m=m), symbolic, runs_root / folder)
         runs[label] = runs_root / folder
-
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    rows = [method_row(label, d, budget) for label, d in runs.items()]
-    stem = RESULTS / f"salad_{m}"
-    stem.with_suffix(".json").write_text(json.dumps({"lm_budget": budget, "rows": rows},
-                                                    indent=1))  # fmt: skip
-    stem.with_suffix(".md").write_text(markdown(rows, budget))
-    plot(runs, stem.with_suffix(".png"), f"salad:{m.upper()} (median, 25-75% over seeds)")
-    print(stem.with_suffix(".md").read_text())
+    if args.only_symbolic:
+        write_report(m, runs, None)
+        return 0
+    zero_shot = min(budget, args.zero_shot_steps or budget)
+    for target in stage_targets(budget, args.stage):
+        for label, (config, folder) in LM_METHODS.items():
+            steps = min(target, zero_shot) if label == "LM zero-shot" else target
+            out = runs_root / folder.format(m=m)
+            overrides = [*args.overrides, "compare_with=[]", f"algo.total_timesteps={steps}"]
+            run_into(config.format(m=m), overrides, out,
+                     note=f"{label}: to {steps:,} env steps -> {out}")  # fmt: skip
+            runs[label] = out
+        write_report(m, runs, target)
     return 0
 
 

@@ -1,0 +1,56 @@
+"""experiments/verco_figures.py: every language-model run gets the same arguments, and the
+staged budgets grow the runs together."""
+
+import pytest
+from scripts import load_script
+
+figures = load_script("experiments/verco_figures.py")
+
+
+def test_stage_targets_end_at_the_budget():
+    assert figures.stage_targets(640, None) == [640]
+    assert figures.stage_targets(640, 256) == [256, 512, 640]
+    assert figures.stage_targets(512, 256) == [256, 512]
+    assert figures.stage_targets(640, 1024) == [640]
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The (config, overrides, folder) of each ``run_into`` call; reports as budgets."""
+    import jaxmarl_llm.runner as runner
+
+    made, reports = [], []
+    monkeypatch.setattr(runner, "run_into", lambda c, o, out, note=None: made.append((c, o, out)))
+    monkeypatch.setattr(figures, "write_report", lambda m, runs, budget: reports.append(budget))
+    return made, reports
+
+
+def test_stages_take_every_language_model_run_to_each_budget_before_the_next(calls):
+    made, reports = calls
+    args = ["a", "algo.lora_layers=last:4", "num_seeds=3", "algo.total_timesteps=384"]
+    assert figures.main([*args, "--stage", "128", "--zero-shot-steps", "192"]) == 0
+    # the symbolic baselines first, at their own budget
+    assert [(c, o) for c, o, _ in made[:2]] == [("ppo_salad_a", []), ("commnet_salad_a", [])]
+    lm = [(c, o[-1], out.name) for c, o, out in made[2:]]
+    assert lm == [
+        ("verco_salad_a", "algo.total_timesteps=128", "lm"),
+        ("twosome_salad_a", "algo.total_timesteps=128", "twosome_salad_a"),
+        ("lm_zero_shot_salad_a", "algo.total_timesteps=128", "lm_zero_shot_salad_a"),
+        ("verco_salad_a", "algo.total_timesteps=256", "lm"),
+        ("twosome_salad_a", "algo.total_timesteps=256", "twosome_salad_a"),
+        ("lm_zero_shot_salad_a", "algo.total_timesteps=192", "lm_zero_shot_salad_a"),
+        ("verco_salad_a", "algo.total_timesteps=384", "lm"),
+        ("twosome_salad_a", "algo.total_timesteps=384", "twosome_salad_a"),
+        ("lm_zero_shot_salad_a", "algo.total_timesteps=192", "lm_zero_shot_salad_a"),
+    ]
+    for _, overrides, _ in made[2:]:
+        assert overrides[:3] == args[1:] and "compare_with=[]" in overrides
+    assert reports == [128, 256, 384]  # after each stage
+
+
+def test_a_stage_that_splits_an_iteration_is_refused_before_anything_runs(calls, capsys):
+    made, _ = calls
+    with pytest.raises(SystemExit):
+        figures.main(["a", "algo.total_timesteps=640", "--stage", "100"])
+    assert made == []
+    assert "not a whole number of iterations" in capsys.readouterr().err

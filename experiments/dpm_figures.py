@@ -49,8 +49,8 @@ EPISODE_QUERIES = [
 ]
 MAP_BUDGET = {"2m_vs_1z": 500_000}  # env steps; the others 1M (the learner config's)
 NOISY_TEACHER = 0.2  # dual_noisy: each answer flipped with this probability
-# maps whose whole-episode segment features (~3 GB a seed on 8m) make one run per seed the
-# way to fit them in memory
+# maps where one run per seed is the way to fit in memory: on 8m the whole-episode segment
+# features take ~3 GB a seed, and QMIX's replay buffers of 5 seeds outgrow 23 GB
 ONE_SEED_PER_RUN = ("8m",)
 WIN_TARGETS = (0.5, 0.9)  # "steps to" columns: a midway mark and the paper's target
 
@@ -91,24 +91,22 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 ("DPM agent only", ["shaping.kwargs.preferences=agent"]),
             ]
         # the map's own difficulty: what the learner reaches on the sparse reward alone, at
-        # the same budget and seeds (no segment features: one process for every seed)
+        # the same budget and seeds
         budget = [o for o in protocol if o.startswith("algo.total_timesteps=")]
-        sparse = (
-            "QMIX strong sparse",
-            "qmix_smax_3m_strong_sparse",
-            [*env, "num_seeds=5", *budget],
-        )
-        reference = [sparse] if figure == "dual" else []
+        sparse = lambda seeds: ("QMIX strong sparse", "qmix_smax_3m_strong_sparse",
+                                [*env, f"num_seeds={seeds}", *budget])  # fmt: skip
         if smax_map not in ONE_SEED_PER_RUN:
-            return [
-                (label, "dpm_smax_3m", [*protocol, *extra]) for label, extra in arms
-            ] + reference
+            arms = [(label, "dpm_smax_3m", [*protocol, *extra]) for label, extra in arms]
+            return arms + ([sparse(5)] if figure == "dual" else [])
         one = [o for o in protocol if not o.startswith("num_seeds=")] + ["num_seeds=1"]
+        runs = [(label, "dpm_smax_3m", [*one, *extra]) for label, extra in arms]
+        if figure == "dual":
+            runs.append(sparse(1))
         return [
-            (f"{label}, seed {k}", "dpm_smax_3m", [*one, *extra, f"seed={k}"])
-            for label, extra in arms
+            (f"{label}, seed {k}", config, [*extra, f"seed={k}"])
+            for label, config, extra in runs
             for k in range(5)
-        ] + reference
+        ]
     if figure == "selection":
         return [
             dpm,

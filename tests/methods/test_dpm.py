@@ -730,6 +730,18 @@ def test_every_figure_variant_is_a_valid_config():
         figures._variants("fig9", "3m")
 
 
+def test_the_dual_protocol_runs_one_seed_per_process_where_five_do_not_fit():
+    figures = _figures()
+    for figure in ("dual", "dual_noisy", "kendall"):
+        variants = figures._variants(figure, "8m")
+        assert all("num_seeds=1" in extra for _, _, extra in variants), figure
+        seeds = [next(o for o in extra if o.startswith("seed=")) for _, _, extra in variants]
+        assert seeds == [f"seed={k}" for k in range(5)] * (len(variants) // 5), figure
+    sparse = [v for v in figures._variants("dual", "8m") if v[1] == "qmix_smax_3m_strong_sparse"]
+    assert [label for label, _, _ in sparse] == [f"QMIX strong sparse, seed {k}" for k in range(5)]
+    assert "num_seeds=5" in figures._variants("dual", "2m_vs_1z")[-1][2]
+
+
 def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():
     """--only on a checkout without the earlier runs must not drop their committed rows."""
     figures = _figures()

@@ -230,6 +230,9 @@ def test_student_messages_load_the_saved_adapter_and_refuse_a_missing_one(tmp_pa
     assert len(first) == 2 and all(len(m.split()) <= 10 for m in first)
     assert student.messages(texts[::-1]) == first[::-1]  # cached by text
     assert student.cache.stats()["misses"] == 2
-    algo.lora_rank = 4  # an adapter of another shape is named, not loaded
+    algo.lora_layers = "last:1"  # an all-blocks adapter under top-block adapters
+    with pytest.raises(ConfigError, match=r"algo.lora_layers=last:1 \(an adapter made by"):
+        StudentMessages(model, algo)
+    algo.lora_layers, algo.lora_rank = "all", 4  # an adapter of another shape is named
     with pytest.raises(ConfigError, match="does not fit"):
         StudentMessages(model, algo)

@@ -68,7 +68,10 @@ class StudentMessages:
             lora = load_adapters(path, like)
         except ValueError as e:
             raise ConfigError(
-                f"algo.message_adapter does not fit algo.model={model.name}: {e}"
+                f"algo.message_adapter does not fit algo.model={model.name} with "
+                f"algo.lora_layers={cfg.lora_layers} (an adapter made by "
+                f"experiments/verco_messages.py --lora-layers L loads with algo.lora_layers=L): "
+                f"{e}"
             ) from e
         self.cache = MessageCache.for_adapter(
             model.lm, model.params, lora, model.tokenizer, int(cfg.message_max_tokens)

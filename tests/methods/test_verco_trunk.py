@@ -240,10 +240,12 @@ def tiny_config(**algo):
     return build_config(raw)
 
 
-def train_twice(**algo):
+def train_twice(length_step=None, **algo):
     """Two iterations of a seed, then a rollout: the decisions, the adapter and metrics."""
     cfg = tiny_config(**algo)
     trainer = Trainer(cfg, make_salad_env(cfg))
+    if length_step is not None:
+        trainer.policy.length_step = length_step
     state, rows = trainer.init(0), []
     for iteration in range(2):
         state, metrics = trainer.iteration(state, 0, iteration)
@@ -279,6 +281,20 @@ def test_trainer_cache_on_and_off_agree_and_count():
     assert on.policy.trunk_cache.stats()["entries"] > 0
     for rows in (on_rows, off_rows):
         assert all(np.isfinite(r["value_loss"]) for r in rows)
+
+
+@pytest.mark.parametrize("layers", ["all", "last:1"])
+def test_prompts_packed_to_their_length_train_as_at_the_full_length(layers):
+    full_dec, full_state, full_rows, full = train_twice(length_step=48, lora_layers=layers)
+    dec, state, rows, trainer = train_twice(length_step=8, lora_layers=layers)
+    lengths = {trainer.policy.packed([p])[0].shape[1] for p in dec.prompts}
+    assert full.policy.packed(dec.prompts)[0].shape[1] == 48  # algo.max_prompt_tokens
+    assert min(lengths) < 48 and all(n % 8 == 0 for n in lengths)
+    assert dec.prompts == full_dec.prompts and dec.actions == full_dec.actions
+    np.testing.assert_allclose(dec.log_probs, full_dec.log_probs, **TOL)
+    np.testing.assert_allclose(dec.values, full_dec.values, **TOL)
+    chex.assert_trees_all_close(state["lora"], full_state["lora"], **GRAD_TOL)
+    assert rows[1]["policy_loss"] == pytest.approx(full_rows[1]["policy_loss"], abs=1e-5)
 
 
 def test_batch_sizes_of_the_trunk_calls():

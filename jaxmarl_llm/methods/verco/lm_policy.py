@@ -35,6 +35,8 @@ from jaxmarl_llm.methods.verco.trunk import (
     trunk_states,
 )
 
+PROMPT_LENGTH_STEP = 16
+
 
 class LMPolicy:
     """The model, tokenized candidates, caches and jitted functions a run shares."""
@@ -68,6 +70,9 @@ class LMPolicy:
         # most steps have one or two deciders: with a trunk, a call runs the smallest of
         # these batch sizes that holds its prompts (all: one size, one program)
         self.batch_sizes = (self.rows,) if self.split is None else batch_sizes(self.rows)
+        # the prompts' padded lengths: an action prompt has ~30 tokens without messages and
+        # ~50 with them, against the 96 that hold the longest
+        self.length_step = PROMPT_LENGTH_STEP
 
     # -- text to tokens --
     def tokens_of(self, prompt: str) -> list[int]:
@@ -83,8 +88,13 @@ class LMPolicy:
         return ids
 
     def packed(self, prompts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        return pack_prompts([self.tokens_of(p) for p in prompts], self.cfg.max_prompt_tokens,
-                            self.tokenizer.pad_id)  # fmt: skip
+        """``(tokens, valid)`` of ``prompts``, left-padded to the longest of them rounded up
+        to ``self.length_step`` (at most ``algo.max_prompt_tokens``): the model's work
+        follows the prompts' length, with a few compiled lengths."""
+        ids = [self.tokens_of(p) for p in prompts]
+        longest = -(-max(len(i) for i in ids) // self.length_step) * self.length_step
+        length = min(int(self.cfg.max_prompt_tokens), longest)
+        return pack_prompts(ids, length, self.tokenizer.pad_id)
 
     def _fixed_batches(
         self, prompts: list[str], fn, clock: Clock, scores_candidates: bool,

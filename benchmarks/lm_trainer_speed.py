@@ -5,16 +5,18 @@ over a kept frozen trunk: env steps/s of the same training work.
     python benchmarks/lm_trainer_speed.py --model tiny --num-steps 4 --iterations 2 --json
 
 Both arms train the same config (Verco with the teammate-observation messages on
-``--env``; same seed, kitchens and steps), one with ``algo.lora_layers=all`` and one with
-``--top`` (``last:K``), sharing one loaded model. Each iteration is a rollout of
-``--num-envs`` kitchens for ``--num-steps`` steps and a PPO update. The arms take turns
-iteration by iteration, so a change of the machine's load falls on both; the first
+``--env``, or TWOSOME with ``--messages none``; same seed, kitchens and steps), one with
+``algo.lora_layers=all`` and one with ``--top`` (``last:K``), sharing one loaded model.
+Each iteration is a rollout of ``--num-envs`` kitchens for ``--num-steps`` steps and a PPO
+update. The arms take turns iteration by iteration, so a change of the machine's load falls
+on both; the first
 iteration of each (compiling) is not timed. Reported per arm over the timed iterations:
 env steps/s, tokens/s (the prompt and candidate positions the rollout scored, the critic's
 prompt positions and the update's minibatch positions, counted alike in both arms, per
 second of iteration time), the time split and, for the top-K arm, the trunk cache's hit
 rate; ``speedup`` is the ratio of env steps/s. The 1-minute load average is read before
-and after.
+and after. ``--prompt-length-step`` is the rounding of the prompts' padded length (the
+policy's default; ``algo.max_prompt_tokens``, 96, pads every prompt to the full length).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 
 from jaxmarl_llm.config import build_config
 from jaxmarl_llm.methods.verco.clock import TIME_SPLIT, hit_rate
+from jaxmarl_llm.methods.verco.lm_policy import PROMPT_LENGTH_STEP
 from jaxmarl_llm.methods.verco.models import load_policy_model
 from jaxmarl_llm.methods.verco.trainer import Trainer, make_salad_env
 
@@ -38,9 +41,9 @@ def arm_config(args, lora_layers: str):
             "seed": args.seed,
             "env": {"name": args.env},
             "algo": {
-                "name": "verco",
+                "name": "twosome" if args.messages == "none" else "verco",
                 "model": args.model,
-                "messages": "teammate_observation",
+                "messages": args.messages,
                 "num_envs": args.num_envs,
                 "num_steps": args.num_steps,
                 "total_timesteps": args.num_envs * args.num_steps * args.iterations,
@@ -81,8 +84,13 @@ def main(argv=None) -> dict:
     p.add_argument("--minibatch-size", type=int, default=16)
     p.add_argument("--trunk-cache-mb", type=float, default=1024.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--messages", choices=("teammate_observation", "none"),
+                   default="teammate_observation")  # fmt: skip
+    p.add_argument("--prompt-length-step", type=int, default=PROMPT_LENGTH_STEP)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.prompt_length_step <= 0:
+        p.error("--prompt-length-step must be > 0")
     if args.iterations < 2:
         p.error("--iterations must be at least 2 (the first compiles and is not timed)")
 
@@ -93,6 +101,7 @@ def main(argv=None) -> dict:
     for name, layers in arms.items():
         cfg = arm_config(args, layers)
         trainers[name] = Trainer(cfg, make_salad_env(cfg), model)
+        trainers[name].policy.length_step = args.prompt_length_step
         states[name] = trainers[name].init(0)
     t0 = time.perf_counter()
     for iteration in range(args.iterations):
@@ -110,6 +119,8 @@ def main(argv=None) -> dict:
         "num_steps": args.num_steps,
         "timed_iterations": args.iterations - 1,
         "top": args.top,
+        "messages": args.messages,
+        "prompt_length_step": args.prompt_length_step,
         "all_env_steps_per_s": result["all"]["env_steps_per_s"],
         "top_env_steps_per_s": result["top"]["env_steps_per_s"],
         "all_tokens_per_s": result["all"]["tokens_per_s"],

@@ -38,3 +38,16 @@ def test_lm_trainer_speed_json(capfd):
     )
     # the timed iterations meet prompts kept from earlier ones
     assert 0 < out["trunk_hit_rate"] <= 1 and out["arms"]["all"]["trunk_hit_rate"] is None
+    assert out["messages"] == "teammate_observation" and out["prompt_length_step"] == 16
+
+
+def test_lm_trainer_speed_twosome_at_the_full_prompt_length(capfd):
+    bench = load_script("benchmarks/lm_trainer_speed.py")
+    argv = ["--model", "tiny", "--top", "last:1", "--num-steps", "2", "--iterations", "2",
+            "--messages", "none", "--prompt-length-step", "96", "--json"]  # fmt: skip
+    out = bench.main(argv)
+    assert out["messages"] == "none" and out["prompt_length_step"] == 96
+    assert out["arms"]["all"]["decisions"] == out["arms"]["top"]["decisions"]
+    with pytest.raises(SystemExit):
+        bench.main([*argv[:-3], "--prompt-length-step", "0"])
+    assert "--prompt-length-step must be > 0" in capfd.readouterr().err

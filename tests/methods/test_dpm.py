@@ -309,6 +309,28 @@ def test_a_resumed_round_continues_from_the_saved_datasets(tmp_path, smax):
         DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path / "empty").refit(2, batch, p1)
 
 
+@pytest.mark.slow  # three refits of whole-episode segments
+def test_a_resumed_round_of_whole_episodes_rebuilds_the_rounds_kept_cut(tmp_path):
+    """Each round's segments are kept (and saved) cut to its own longest episode; a later
+    round pads them to its length, and a resumed process gets the same refit."""
+    aenv = envs.make_array_env("smax:3m", max_steps=10)
+    cfg = DPMConfig(rounds=2, labels_per_round=8, segments="episode", segment_length=40,
+                    collect_steps=48, fit_steps=5)  # fmt: skip
+    model = reward_model(aenv, cfg)
+    params = jax.tree.map(lambda x: x[None], initial_params(model, aenv, jax.random.PRNGKey(0)))
+    batches = [_random_batch(aenv, steps=t, envs_=3, seeds=1) for t in (48, 64)]
+    first = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)
+    p0, _ = first.refit(0, batches[0], params)
+    kept = first._new[0]["trajectory"].mask_a.shape[2]
+    assert kept in (16, 32)  # episodes of at most 10 steps + 1, not the 40 padded
+    p1, report = first.refit(1, batches[1], p0)
+    resumed = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)  # a new process
+    q1, again = resumed.refit(1, batches[1], p0)
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(q1), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert report["final_loss"] == again["final_loss"]
+
+
 def test_reward_model_encodes_the_state_once_per_step_with_the_same_rewards(smax):
     # the speed-up reads agent 0's copy of state and next state: valid only while
     # batch_features broadcasts them, unchanged, to every agent
@@ -787,6 +809,35 @@ def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
     assert 0.0 <= float(strict["agent"]) <= 1.0
 
 
+def test_trajectory_agreement_counts_a_segments_steps_within_its_episode_only(smax):
+    """Whole-episode segments are padded with later steps of the env, masked: what the
+    model pays there is not the segment's return."""
+    from jaxmarl_llm.preferences import SegmentPairDataset
+
+    aenv, _ = smax
+    cfg = DPMConfig(**SMALL_ROUND)
+    model, params, batch = _round_inputs(aenv, cfg)
+    one = jax.tree.map(lambda x: x[0], params)
+    feats = batch_features(aenv, jax.tree.map(lambda x: x[0], batch))
+    n, t = feats.shape[-2], 4
+    step_rewards = model.apply(one.model, feats, jnp.arange(n)).sum(-1)  # [T, E]
+    order = jnp.argsort(step_rewards.reshape(-1))
+    flat = feats.reshape(-1, *feats.shape[-2:])
+    low, high = flat[order[0]], flat[order[-1]]
+    # a: one low step, then padding of high steps; b: one high step, then low padding
+    seg = lambda first, rest: jnp.stack([first] + [rest] * (t - 1))[None]
+    mask = jnp.broadcast_to((jnp.arange(t) < 1)[None, :, None], (1, t, n))
+    pair = SegmentPairDataset(seg(low, high), seg(high, low), mask, mask, jnp.zeros(1),
+                              jnp.ones(1), jnp.ones(1, bool))  # fmt: skip
+    fb = DPMFeedback(aenv, cfg, model, 0, None)
+    dense = jnp.zeros(feats.shape[:2])
+    got = fb._programs._evaluate(one, {"trajectory": pair}, feats, dense)
+    assert float(got["trajectory"]) == 1.0  # b preferred (label 0): right on its one step
+    unmasked = pair.replace(mask_a=jnp.ones_like(mask), mask_b=jnp.ones_like(mask))
+    got = fb._programs._evaluate(one, {"trajectory": unmasked}, feats, dense)
+    assert float(got["trajectory"]) == 0.0  # summed over the padding, a wins
+
+
 def test_feedback_summary_averages_the_seeds_whose_labels_were_not_all_ties(tmp_path):
     figures = _figures()
     last = {
@@ -1063,7 +1114,7 @@ def test_whole_episode_segments_are_cut_to_the_longest_labelled_one_with_the_sam
     """The refit trains on segments cut to the longest one (rounded up to 16 steps): the
     steps cut are masked everywhere, so every member's loss is the one of the padded data;
     full windows are left as they are."""
-    from jaxmarl_llm.methods.dpm.online import _crop_segments
+    from jaxmarl_llm.methods.dpm.online import _crop_segments, _segments_at_length
     from jaxmarl_llm.preferences import AgentRankingDataset, SegmentPairDataset
     from jaxmarl_llm.preferences.train import ensemble_loss
 
@@ -1103,3 +1154,9 @@ def test_whole_episode_segments_are_cut_to_the_longest_labelled_one_with_the_sam
     np.testing.assert_allclose(short, full, rtol=1e-6)
     windows = {"trajectory": seeds(seg.replace(mask_a=jnp.ones_like(mask_a)))}
     assert _crop_segments(windows) is windows
+    # a round kept cut and padded back to a longer round's length: the same loss again
+    back = _segments_at_length(cut["trajectory"], 48)
+    assert back.features_a.shape == (1, rows, 48, n, d) and not back.mask_a[:, :, 32:].any()
+    np.testing.assert_array_equal(back.features_a[:, :, 32:], 0.0)
+    again = ensemble_loss(model, params, (one(back), one(data["agent"])))
+    np.testing.assert_allclose(again, full, rtol=1e-6)

@@ -45,6 +45,7 @@ from jaxmarl_llm.lm.teachers import PairLabels, TeacherNoise, agent_rankings, pa
 from jaxmarl_llm.methods.dpm.config import DPMConfig
 from jaxmarl_llm.methods.dpm.reward import DPMParams, batch_features, ensemble_reward
 from jaxmarl_llm.methods.dpm.teacher import agent_contributions, health_fractions, segment_value
+from jaxmarl_llm.preferences.losses import segment_scores
 from jaxmarl_llm.transitions import TransitionBatch
 
 TIE_MARGIN = 1e-3  # segment values closer than this are "equally preferable" (#0)
@@ -71,6 +72,24 @@ def _map_steps(fn, *trees):
 SEGMENT_CROP = 16  # whole-episode segments are cut to the longest one, rounded up to this
 
 
+def _segments_at_length(seg: Any, length: int) -> Any:
+    """Trajectory segments ``[seeds, rows, T, N, ...]`` cut or padded (zeros, masked) along
+    time to ``length`` steps."""
+    t = seg.mask_a.shape[2]
+    if t == length:
+        return seg
+    if t > length:
+        fit = lambda x: x[:, :, :length]
+    else:
+        fit = lambda x: jnp.pad(x, [(0, 0), (0, 0), (0, length - t)] + [(0, 0)] * (x.ndim - 3))
+    return seg.replace(
+        features_a=fit(seg.features_a),
+        features_b=fit(seg.features_b),
+        mask_a=fit(seg.mask_a),
+        mask_b=fit(seg.mask_b),
+    )
+
+
 def _crop_segments(data: dict) -> dict:
     """``data`` with the trajectory segments cut, along time, to the longest labelled one
     rounded up to ``SEGMENT_CROP`` steps (at most their padded length).
@@ -78,7 +97,8 @@ def _crop_segments(data: dict) -> dict:
     Whole-episode segments are padded to the longest possible episode (101 steps on SMAX),
     while a round's episodes mostly end far sooner (an 8m round's 23 steps on average, 39
     at most). The steps cut are masked in every segment, so the loss is the same sum; the
-    refit's cost falls with the length (2.4x for 101 -> 48 steps on 8m). Rounding keeps the
+    refit's cost falls with the length (2.4x for 101 -> 48 steps on 8m), and so does the
+    memory the rounds' labels hold (each round is cut before it is kept). Rounding keeps the
     number of distinct lengths, each a compile of the refit, small."""
     seg = data.get("trajectory")
     if seg is None:
@@ -89,16 +109,7 @@ def _crop_segments(data: dict) -> dict:
     keep = min(padded, -(-longest // SEGMENT_CROP) * SEGMENT_CROP)
     if keep == padded:
         return data
-    cut = lambda x: x[:, :, :keep]
-    return {
-        **data,
-        "trajectory": seg.replace(
-            features_a=cut(seg.features_a),
-            features_b=cut(seg.features_b),
-            mask_a=cut(seg.mask_a),
-            mask_b=cut(seg.mask_b),
-        ),
-    }
+    return {**data, "trajectory": _segments_at_length(seg, keep)}
 
 
 def _quiet_mean(raw: jax.Array, quiet: jax.Array, fallback: jax.Array) -> jax.Array:
@@ -254,9 +265,9 @@ class _RoundPrograms:
         n = feats.shape[-2]
         out = {}
         if "trajectory" in datasets:
-            d = datasets["trajectory"]
-            ra = model.apply(params.model, d.features_a, jnp.arange(n)).sum((-1, -2))
-            rb = model.apply(params.model, d.features_b, jnp.arange(n)).sum((-1, -2))
+            d = datasets["trajectory"]  # a segment's return: its steps within the episode
+            score = lambda f, m: segment_scores(model.apply(params.model, f, jnp.arange(n)), m)
+            ra, rb = score(d.features_a, d.mask_a), score(d.features_b, d.mask_b)
             out["trajectory"] = prefs.preference_accuracy(ra, rb, d.label, d.valid)
         if "agent" in datasets:
             d = datasets["agent"]
@@ -376,6 +387,10 @@ class DPMFeedback:
     def _datasets(self, rounds: list[dict]) -> dict:
         """Every round's labels in fixed-capacity datasets (``rounds x labels`` rows)."""
         cap = {"trajectory": self.k_traj, "agent": self.k_agent}
+        if "trajectory" in rounds[0]:  # each round was cut to its own longest segment
+            length = max(r["trajectory"].mask_a.shape[2] for r in rounds)
+            at = lambda r: {**r, "trajectory": _segments_at_length(r["trajectory"], length)}
+            rounds = [at(r) for r in rounds]
         data = {}
         for kind in rounds[0]:
             pad = lambda d, c=cap[kind]: prefs.pad_to_capacity(d, c * self.cfg.rounds)
@@ -523,6 +538,7 @@ class DPMFeedback:
         text_report = None
         if cfg.labeler == "backend":
             new, text_report = self._text_labels(batch, q, new)
+        new = _crop_segments(new)
         heldout = self._programs.eval_fn(params, new, q["features"], q["dense"])
         data = _crop_segments(self._datasets([*self._rounds_before(round_index, new), new]))
         query_s = time.perf_counter() - t0

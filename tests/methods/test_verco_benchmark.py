@@ -51,3 +51,18 @@ def test_lm_trainer_speed_twosome_at_the_full_prompt_length(capfd):
     with pytest.raises(SystemExit):
         bench.main([*argv[:-3], "--prompt-length-step", "0"])
     assert "--prompt-length-step must be > 0" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("layers", ["all", "last:1"])
+def test_lm_prompt_packing_json(capfd, layers):
+    bench = load_script("benchmarks/lm_prompt_packing.py")
+    argv = ["--model", "tiny", "--lora-layers", layers, "--prompts", "6", "--repeats", "2",
+            "--messages", "teammate_observation", "--json"]  # fmt: skip
+    out = bench.main(argv)
+    assert json.loads(capfd.readouterr().out.strip().splitlines()[-1]) == out
+    assert out["prompts"] == 6 and out["full_length"] == 96
+    assert out["prompt_tokens_mean"] <= out["packed_length_mean"] < 96
+    assert out["max_abs_log_prob_diff"] < 1e-4  # the same policy either way
+    assert out["speedup"] == pytest.approx(
+        out["packed_prompts_per_s"] / out["full_length_prompts_per_s"], rel=1e-2
+    )

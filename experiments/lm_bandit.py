@@ -174,6 +174,16 @@ def write_markdown(path: Path, summary: dict, meta: dict) -> None:
     path.write_text("\n".join(lines))
 
 
+def write_json(path: Path, summary: dict, meta: dict) -> None:
+    """The summary's numbers, one row per setting (its runs stay in ``runs.jsonl``), and
+    the smallest K within noise of ``all``."""
+    rows = [{"layers": layers, **{k: v for k, v in s.items() if k != "runs"}}
+            for layers, s in summary.items()]  # fmt: skip
+    best = smallest_within_noise(summary)
+    out = {**meta, "within_noise": WITHIN_NOISE, "smallest_within_noise": best, "rows": rows}
+    path.write_text(json.dumps(out, indent=1))
+
+
 def plot(path: Path, summary: dict) -> None:
     import matplotlib
 
@@ -278,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             "rewarded_actions": rewarded, "updates": args.updates, "batch": args.batch,
             "lrs": ", ".join(f"{x:g}" for x in args.lrs) + swept_on}  # fmt: skip
     write_markdown(args.out / "summary.md", summary, meta)
+    write_json(args.out / "summary.json", summary, meta)
     plot(args.out / "reward.png", summary)
     print((args.out / "summary.md").read_text())
     return 0

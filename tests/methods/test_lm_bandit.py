@@ -4,6 +4,7 @@ tiny random decoder (two blocks, hashed word tokens)."""
 from __future__ import annotations
 
 import functools
+import json
 
 import jax
 import numpy as np
@@ -73,9 +74,7 @@ def test_a_fixed_prompt_is_learned():
     assert after["test_accuracy"] == 1.0
 
 
-def test_a_tune_seed_sweeps_on_one_seed_and_runs_the_others_at_its_best_rate(
-    tmp_path, monkeypatch
-):
+def test_a_tune_seed_sweeps_on_one_seed_and_runs_the_others_at_its_best_rate(tmp_path, monkeypatch):
     """``--tune-seed``: the rates on one seed, the other seeds at each setting's best rate
     there; the summary's best rate is among the rates run on every seed, and a second call
     runs nothing again. (The runs themselves are faked: this checks the protocol.)"""
@@ -116,6 +115,13 @@ def test_a_tune_seed_sweeps_on_one_seed_and_runs_the_others_at_its_best_rate(
     summary = (tmp_path / "summary.md").read_text()
     assert "| all | 0.001 | 3 |" in summary and "| last:1 | 0.01 | 3 |" in summary
     assert "(swept on seed 0)" in summary and (tmp_path / "reward.png").exists()
+    table = json.loads((tmp_path / "summary.json").read_text())
+    assert [(r["layers"], r["lr"], r["seeds"]) for r in table["rows"]] == [
+        ("all", 0.001, 3),
+        ("last:1", 0.01, 3),
+    ]
+    # the same rewards per seed at each one's best rate: within noise
+    assert table["smallest_within_noise"] == "last:1" and "runs" not in table["rows"][0]
     assert script.main(argv) == 0 and len(ran) == 8  # kept in runs.jsonl
     with pytest.raises(SystemExit):
         script.main([*argv[:-2], "--tune-seed", "5", "--out", str(tmp_path)])

@@ -387,7 +387,8 @@ class DPMFeedback:
     def _datasets(self, rounds: list[dict]) -> dict:
         """Every round's labels in fixed-capacity datasets (``rounds x labels`` rows)."""
         cap = {"trajectory": self.k_traj, "agent": self.k_agent}
-        if "trajectory" in rounds[0]:  # each round was cut to its own longest segment
+        if "trajectory" in rounds[0]:  # each round cut to its own longest segment, then
+            rounds = [_crop_segments(r) for r in rounds]  # padded to the longest round's
             length = max(r["trajectory"].mask_a.shape[2] for r in rounds)
             at = lambda r: {**r, "trajectory": _segments_at_length(r["trajectory"], length)}
             rounds = [at(r) for r in rounds]
@@ -540,7 +541,7 @@ class DPMFeedback:
             new, text_report = self._text_labels(batch, q, new)
         new = _crop_segments(new)
         heldout = self._programs.eval_fn(params, new, q["features"], q["dense"])
-        data = _crop_segments(self._datasets([*self._rounds_before(round_index, new), new]))
+        data = self._datasets([*self._rounds_before(round_index, new), new])
         query_s = time.perf_counter() - t0
 
         t1 = time.perf_counter()

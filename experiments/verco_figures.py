@@ -15,8 +15,8 @@ Per map it trains (or reuses, or resumes) into ``runs/verco/<map>/``:
 
 Extra ``key=value`` arguments go to every language-model run. ``--stage N`` grows the
 language-model runs' budgets together, N env steps at a time (each run extended by
-``resume``), so a comparison longer than a working session shows every method at the same
-env steps whenever it stops; the same command continues it. ``--zero-shot-steps`` caps the
+``resume``), so a comparison stopped at any point shows every method at the same env
+steps; the same command continues it. ``--zero-shot-steps`` caps the
 untrained model's run, whose policy does not change with env steps. The x axis is
 logarithmic so that both budgets show.
 

@@ -470,6 +470,8 @@ def markdown_table(rows: list[dict]) -> str:
         + "\n"
     )
     fmt = lambda x: "" if x is None else f"{x:.2f}"
+    # NaN agreement: every held-out query of that kind was a tie, so there is nothing to agree on
+    agreement = lambda x: "ties" if x is not None and np.isnan(x) else fmt(x)
     per_seed = lambda ws: ", ".join(f"{w:.2f}" for w in ws or [])
     reached = lambda d: " / ".join(f"{v:,}" if v is not None else "not reached" for v in d.values())
     lines = []
@@ -487,7 +489,7 @@ def markdown_table(rows: list[dict]) -> str:
                     f" | {fmt(r['test_win_rate_mean'])} ({test_seeds}) | {means} | {test_steps}"
                 )
         agree = (
-            f"{fmt(r.get('heldout_trajectory'))} / {fmt(r.get('heldout_agent'))}"
+            f"{agreement(r.get('heldout_trajectory'))} / {agreement(r.get('heldout_agent'))}"
             if "rounds" in r
             else ""
         )
@@ -496,7 +498,17 @@ def markdown_table(rows: list[dict]) -> str:
             f"| {agree} | {fmt(r.get('pearson_dense'))} | {r['env_steps']:,} "
             f"| {r['env_steps_per_s']:,.0f} | {r['feedback_s']:.0f} |"
         )
-    return head + "\n".join(lines) + "\n"
+    notes = (
+        "\nHeld-out agreement: the last refit's model on random unseen queries; "
+        "'ties' where every such query was a tie.\n"
+        if any(
+            agreement(r.get(k)) == "ties"
+            for r in rows
+            for k in ("heldout_trajectory", "heldout_agent")
+        )
+        else ""
+    )
+    return head + "\n".join(lines) + "\n" + notes
 
 
 def main(argv=None) -> int:

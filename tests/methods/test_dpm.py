@@ -781,6 +781,28 @@ def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():
     assert [r["win"] for r in merged] == [0.7, 0.5, 0.8, 0.5, 0.5, 0.9, 0.1]  # labels[1] rerun
 
 
+def test_the_table_shows_an_agreement_over_only_ties_as_ties():
+    figures = _figures()
+    row = {
+        "map": "8m",
+        "variant": "DPM agent only, seed 1",
+        "win_rate_mean": 0.0,
+        "win_rate_per_seed": [0.0],
+        "steps_to": {"0.5": None},
+        "rounds": 10,
+        "heldout_trajectory": 0.4,
+        "heldout_agent": float("nan"),
+        "pearson_dense": 0.09,
+        "env_steps": 999_424,
+        "env_steps_per_s": 1688.8,
+        "feedback_s": 72.6,
+    }
+    table = figures.markdown_table([row])
+    assert "| 0.40 / ties |" in table and "nan" not in table
+    assert "'ties' where every such query was a tie" in table
+    assert "ties" not in figures.markdown_table([{**row, "heldout_agent": 1.0}])
+
+
 def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
     """A team that never fights gives its teacher only ties: there is no agreement to
     report (a 0 read as 'the model disagrees with every label')."""

@@ -9,8 +9,10 @@ LoRA on the attention q/v projections of the frozen model by SFT on the message 
 and writes ``report.json`` (model, data, losses, held-out exact match and teacher-forced
 token accuracy before and after SFT, messages per second of greedy decoding without the
 message cache) to ``--out`` (default ``experiments/results/verco/messages_<map>/``), and
-the adapter to ``--adapter-out`` (default ``experiments/models/verco_messages_<map>/``,
-the folder ``verco_salad_<map>`` loads).
+the adapter to ``--adapter-out`` (default ``experiments/models/verco_messages_<map>/``).
+With ``--lora-layers last:K`` both defaults end in ``_lastK``:
+``python experiments/verco_messages.py --map A --lora-layers last:2`` makes the adapter
+``verco_salad_a`` loads (its runs train ``algo.lora_layers=last:2``).
 
 ``--lm-teacher-states N`` also asks the model itself the paper's teacher prompt on N
 rollout states (answers kept in ``teacher_labels.sqlite`` there, so a rerun replays them)
@@ -87,6 +89,16 @@ def lm_teacher_check(env, model_name: str, num_states: int, seed: int, store_pat
     }
 
 
+def default_folders(map_name: str, lora_layers: str) -> tuple[Path, Path]:
+    """The report's and the adapter's folders. An adapter on the top K blocks gets its own
+    (``..._lastK``): a run with ``lora_layers=all`` needs the one on every block."""
+    tag = map_name + ("" if lora_layers == "all" else "_" + lora_layers.replace(":", ""))
+    return (
+        ROOT / "experiments" / "results" / "verco" / f"messages_{tag}",
+        ROOT / "experiments" / "models" / f"verco_messages_{tag}",
+    )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,8 +135,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--adapter-out", type=Path, default=None)
     args = p.parse_args(argv)
-    out = args.out or ROOT / "experiments" / "results" / "verco" / f"messages_{args.map}"
-    adapter_out = args.adapter_out or ROOT / "experiments" / "models" / f"verco_messages_{args.map}"
+    default_out, default_adapter_out = default_folders(args.map, args.lora_layers)
+    out = args.out or default_out
+    adapter_out = args.adapter_out or default_adapter_out
 
     import jax
     import numpy as np

@@ -409,3 +409,17 @@ def test_global_description_drives_the_teacher_batched():
         scripted_messages(env, jax.tree.map(lambda x, i=i: x[i], states))[0] for i in range(4)
     ]
     assert batched == one_by_one and len(g["task"]) == 4
+
+
+def test_adapters_on_the_top_blocks_default_to_their_own_folders_the_salad_configs_load():
+    from scripts import load_script
+
+    from jaxmarl_llm.config import load_config
+
+    script = load_script("experiments/verco_messages.py")
+    report, adapter = script.default_folders("A", "all")
+    assert (report.name, adapter.name) == ("messages_A", "verco_messages_A")
+    for name in ("a", "b"):
+        cfg = load_config(f"verco_salad_{name}", [])
+        _, adapter = script.default_folders(name.upper(), cfg.algo.lora_layers)
+        assert cfg.algo.message_adapter == f"experiments/models/{adapter.name}"

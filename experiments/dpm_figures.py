@@ -471,7 +471,8 @@ def markdown_table(rows: list[dict]) -> str:
     )
     fmt = lambda x: "" if x is None else f"{x:.2f}"
     # NaN agreement: every held-out query of that kind was a tie, so there is nothing to agree on
-    agreement = lambda x: "ties" if x is not None and np.isnan(x) else fmt(x)
+    ties = lambda x: x is not None and np.isnan(x)
+    agreement = lambda x: "ties" if ties(x) else fmt(x)
     per_seed = lambda ws: ", ".join(f"{w:.2f}" for w in ws or [])
     reached = lambda d: " / ".join(f"{v:,}" if v is not None else "not reached" for v in d.values())
     lines = []
@@ -501,11 +502,7 @@ def markdown_table(rows: list[dict]) -> str:
     notes = (
         "\nHeld-out agreement: the last refit's model on random unseen queries; "
         "'ties' where every such query was a tie.\n"
-        if any(
-            agreement(r.get(k)) == "ties"
-            for r in rows
-            for k in ("heldout_trajectory", "heldout_agent")
-        )
+        if any(ties(r.get(k)) for r in rows for k in ("heldout_trajectory", "heldout_agent"))
         else ""
     )
     return head + "\n".join(lines) + "\n" + notes

@@ -370,7 +370,8 @@ class DPMFeedback:
         return None if self.dir is None else self.dir / f"round_{index}.npz"
 
     def _rounds_before(self, index: int, template: dict) -> list[dict]:
-        """The new labels of rounds ``0 .. index - 1`` (memory, else their files)."""
+        """The new labels of rounds ``0 .. index - 1`` (memory, else their files), each cut
+        to its own longest segment (a file may hold a round saved uncut)."""
         out = []
         for k in range(index):
             if k not in self._new:
@@ -380,15 +381,15 @@ class DPMFeedback:
                         f"DPM round {index} adds to the labels of round {k}, but "
                         f"{path or 'no artifact folder'} does not hold them"
                     )
-                self._new[k] = serialization.from_bytes(template, path.read_bytes())
+                saved = serialization.from_bytes(template, path.read_bytes())
+                self._new[k] = _crop_segments(saved)
             out.append(self._new[k])
         return out
 
     def _datasets(self, rounds: list[dict]) -> dict:
         """Every round's labels in fixed-capacity datasets (``rounds x labels`` rows)."""
         cap = {"trajectory": self.k_traj, "agent": self.k_agent}
-        if "trajectory" in rounds[0]:  # each round cut to its own longest segment, then
-            rounds = [_crop_segments(r) for r in rounds]  # padded to the longest round's
+        if "trajectory" in rounds[0]:  # rounds kept cut, padded to the longest round's length
             length = max(r["trajectory"].mask_a.shape[2] for r in rounds)
             at = lambda r: {**r, "trajectory": _segments_at_length(r["trajectory"], length)}
             rounds = [at(r) for r in rounds]

@@ -331,6 +331,75 @@ def test_a_resumed_round_of_whole_episodes_rebuilds_the_rounds_kept_cut(tmp_path
     assert report["final_loss"] == again["final_loss"]
 
 
+def _labelled_round(rng, seeds, pairs, steps, steps_used, agents=3, dim=5, rows=6):
+    """Random labels of one round: segment pairs ``[S, P, T]`` (``steps_used`` of them
+    unmasked) and agent rankings."""
+    from jaxmarl_llm.preferences import AgentRankingDataset, SegmentPairDataset
+
+    f = lambda *shape: rng.normal(size=(seeds, *shape)).astype(np.float32)
+    mask = np.zeros((seeds, pairs, steps, agents), bool)
+    mask[:, :, :steps_used] = True
+    valid = lambda n: rng.random((seeds, n)) < 0.8
+    traj = SegmentPairDataset(
+        f(pairs, steps, agents, dim), f(pairs, steps, agents, dim), mask, mask.copy(),
+        f(pairs), np.ones((seeds, pairs), np.float32), valid(pairs),
+    )  # fmt: skip
+    agent = AgentRankingDataset(
+        f(rows, agents, dim), f(rows, agents, agents),
+        rng.random((seeds, rows, agents, agents)) < 0.5,
+        np.ones((seeds, rows), np.float32), valid(rows),
+    )  # fmt: skip
+    return {"trajectory": traj, "agent": agent}
+
+
+def test_round_datasets_hold_every_round_in_order_padded_to_the_longest(tmp_path, smax):
+    """The fit's datasets: round k's rows at k*K, segments zero-padded in time to the
+    longest round so far, unfilled rows zero; written in place while no round is longer,
+    and rebuilt the same from the saved rounds by a new process."""
+    aenv, _ = smax
+    cfg = DPMConfig(rounds=4, labels_per_round=12, preferences="both")
+    model = reward_model(aenv, cfg)
+    rng = np.random.default_rng(0)
+    k_traj, k_agent = cfg.trajectory_labels, cfg.agent_labels
+    rounds = [_labelled_round(rng, 2, k_traj, t, t - 1, rows=k_agent) for t in (4, 8, 4)]
+    fb = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)
+    from flax import serialization
+
+    kept = []
+    for k, r in enumerate(rounds):
+        data = fb._datasets(k, r)
+        kept.append(fb._rows["agent"].features)
+        (tmp_path / f"round_{k}.npz").write_bytes(serialization.to_bytes(r))
+        for kind, cap in (("trajectory", k_traj), ("agent", k_agent)):
+            done = [x[kind] for x in rounds[: k + 1]]
+            length = max(x.mask_a.shape[2] for x in done) if kind == "trajectory" else None
+
+            def expected(*leaves, cap=cap, length=length):
+                if length is not None and leaves[0].ndim >= 4:  # [S, P, T, N, ...]
+                    pad = lambda x: np.pad(x, [(0, 0), (0, 0), (0, length - x.shape[2])]
+                                           + [(0, 0)] * (x.ndim - 3))  # fmt: skip
+                    leaves = [pad(x) for x in leaves]
+                rows = np.concatenate(leaves, 1)
+                return np.pad(rows, [(0, 0), (0, cap * cfg.rounds - rows.shape[1])]
+                              + [(0, 0)] * (rows.ndim - 2))  # fmt: skip
+
+            for field in data[kind].__dataclass_fields__:
+                got = np.asarray(getattr(data[kind], field))
+                want = expected(*(np.asarray(getattr(x, field)) for x in done))
+                np.testing.assert_array_equal(got, want, err_msg=f"{kind}.{field} round {k}")
+    assert kept[0] is kept[1] is kept[2]  # the agent rows never grow: written in place
+    if jax.default_backend() == "cpu":  # the fit's datasets wrap the rows, not a copy
+        host = fb._rows["trajectory"].features_a
+        assert data["trajectory"].features_a.unsafe_buffer_pointer() == host.ctypes.data
+    assert fb._rows["trajectory"].mask_a.shape[2] == 8
+    resumed = DPMFeedback(aenv, cfg, model, seed=0, artifact_dir=tmp_path)
+    again = resumed._datasets(2, rounds[2])
+    for a, b in zip(jax.tree.leaves(data), jax.tree.leaves(again), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="round 3 has 5 agent rows, not 6"):
+        fb._datasets(3, _labelled_round(rng, 2, k_traj, 4, 4, rows=5))
+
+
 def test_reward_model_encodes_the_state_once_per_step_with_the_same_rewards(smax):
     # the speed-up reads agent 0's copy of state and next state: valid only while
     # batch_features broadcasts them, unchanged, to every agent

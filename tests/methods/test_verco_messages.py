@@ -370,6 +370,29 @@ def test_generation_is_deterministic_stops_at_eos_and_reports_cuts():
         generate_messages(LM, base_params(), lora, TOK, obs, max_tokens=0)
 
 
+def test_generation_pads_a_call_to_the_rows_it_needs_with_the_same_messages(monkeypatch):
+    """A rollout step's call of a few texts decodes a power of two rows, not the whole
+    batch, and each text gets the message it gets alone."""
+    from jaxmarl_llm.methods.verco import messages as module
+
+    lora = trained()[0]
+    obs = SFT_HELD.observations  # 3 texts
+    rows = []
+    decode = module.greedy_decode
+
+    def spy(lm, params, adapter, tokens, *rest):
+        rows.append(tokens.shape[0])
+        return decode(lm, params, adapter, tokens, *rest)
+
+    monkeypatch.setattr(module, "greedy_decode", spy)
+    together = generate_messages(LM, base_params(), lora, TOK, obs, max_tokens=40, batch_size=16)
+    alone = [generate_messages(LM, base_params(), lora, TOK, [o], 40).messages[0] for o in obs]
+    assert rows == [4, 1, 1, 1]
+    assert together.messages == alone
+    generate_messages(LM, base_params(), lora, TOK, obs * 6, max_tokens=40, batch_size=16)
+    assert rows[4:] == [16, 2]  # 18 texts: a full batch, then the 2 left
+
+
 def test_message_cache_returns_identical_messages_and_decodes_each_text_once():
     lora = trained()[0]
     calls = []

@@ -410,9 +410,10 @@ def generate_messages(
     batch_size: int = 16,
 ) -> GeneratedMessages:
     """Each observation's message by greedy decoding with the message adapter, ending at
-    the end token or a newline, cut to ``max_words`` words. Batches are padded to
-    ``batch_size`` rows and the prompt length to a multiple of 16, so a run compiles a
-    few shapes only."""
+    the end token or a newline, cut to ``max_words`` words. A batch holds at most
+    ``batch_size`` texts, padded to a power of two rows (a rollout step's call brings a
+    few, and every row costs the whole prefill and decode) and the prompt length to a
+    multiple of 16, so a run compiles a few shapes only."""
     if max_tokens < 1 or max_words < 1 or batch_size < 1:
         raise ValueError(
             f"max_tokens, max_words and batch_size must be >= 1; got {max_tokens}, "
@@ -425,8 +426,9 @@ def generate_messages(
     token_cuts = word_cuts = dropped = 0
     for first in range(0, len(prompts), batch_size):
         chunk = prompts[first : first + batch_size]
+        rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())
         tokens, valid = _pack_left(
-            chunk, batch_size, _bucket(max(len(p) for p in chunk)), tokenizer.pad_id
+            chunk, rows, _bucket(max(len(p) for p in chunk)), tokenizer.pad_id
         )
         out, lengths = greedy_decode(
             lm, base_params, message_lora, tokens, valid, stop_ids, max_tokens

@@ -164,6 +164,17 @@ def markdown(rows: list[dict], budget: int | None) -> str:
     return "\n".join(lines)
 
 
+def started_budget(run_dir: Path) -> int | None:
+    """The env-step budget the run in ``run_dir`` was started or extended to (None where no
+    run was started): a comparison stopped during a stage finds its runs past the earlier
+    stages, which a run cannot be shortened back to."""
+    from jaxmarl_llm.runner import load_run_config
+
+    if not (Path(run_dir) / "config.yaml").exists():
+        return None
+    return int(load_run_config(run_dir).algo.total_timesteps)
+
+
 def stage_targets(budget: int, stage: int | None) -> list[int]:
     """The budgets every language-model run reaches in turn: ``stage``, ``2 * stage``, ...
     and ``budget`` (``[budget]`` alone without a stage)."""
@@ -238,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         for label, (config, folder) in LM_METHODS.items():
             steps = min(target, zero_shot) if label == "LM zero-shot" else target
             out = runs_root / folder.format(m=m)
+            runs[label] = out
+            if (started := started_budget(out)) is not None and started > steps:
+                continue  # a later stage has begun: this one is behind the run
             overrides = [*args.overrides, "compare_with=[]", f"algo.total_timesteps={steps}"]
             run_into(config.format(m=m), overrides, out,
                      note=f"{label}: to {steps:,} env steps -> {out}")  # fmt: skip
-            runs[label] = out
         write_report(m, runs, target)
     return 0
 

@@ -15,10 +15,12 @@ def test_stage_targets_end_at_the_budget():
 
 
 @pytest.fixture
-def calls(monkeypatch):
-    """The (config, overrides, folder) of each ``run_into`` call; reports as budgets."""
+def calls(monkeypatch, tmp_path):
+    """The (config, overrides, folder) of each ``run_into`` call; reports as budgets. The
+    runs go under ``tmp_path``, which holds none yet."""
     import jaxmarl_llm.runner as runner
 
+    monkeypatch.setattr(figures, "RUNS", tmp_path)
     made, reports = [], []
     monkeypatch.setattr(runner, "run_into", lambda c, o, out, note=None: made.append((c, o, out)))
     monkeypatch.setattr(figures, "write_report", lambda m, runs, budget: reports.append(budget))
@@ -54,3 +56,26 @@ def test_a_stage_that_splits_an_iteration_is_refused_before_anything_runs(calls,
         figures.main(["a", "algo.total_timesteps=640", "--stage", "100"])
     assert made == []
     assert "not a whole number of iterations" in capsys.readouterr().err
+
+
+def test_a_comparison_stopped_in_a_stage_goes_on_from_that_stage(calls, tmp_path):
+    """Verco's run was extended to the second stage when the comparison stopped: the same
+    command skips Verco's first stage (a run is not shortened) and goes on."""
+    made, reports = calls
+    from omegaconf import OmegaConf
+
+    from jaxmarl_llm.config import load_config
+
+    run = tmp_path / "a" / "lm"
+    run.mkdir(parents=True)
+    saved = load_config("verco_salad_a", ["algo.total_timesteps=256"])
+    OmegaConf.save(saved, run / "config.yaml")
+    assert figures.started_budget(run) == 256 and figures.started_budget(tmp_path) is None
+    figures.main(["a", "algo.total_timesteps=384", "--stage", "128"])
+    lm = [(c, o[-1]) for c, o, _ in made[2:]]
+    assert lm[:3] == [
+        ("twosome_salad_a", "algo.total_timesteps=128"),
+        ("lm_zero_shot_salad_a", "algo.total_timesteps=128"),
+        ("verco_salad_a", "algo.total_timesteps=256"),
+    ]
+    assert reports == [128, 256, 384]

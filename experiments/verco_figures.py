@@ -246,16 +246,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     zero_shot = min(budget, args.zero_shot_steps or budget)
     for target in stage_targets(budget, args.stage):
+        passed = False  # a run began a later stage, so this stage's report was written
         for label, (config, folder) in LM_METHODS.items():
             steps = min(target, zero_shot) if label == "LM zero-shot" else target
             out = runs_root / folder.format(m=m)
             runs[label] = out
             if (started := started_budget(out)) is not None and started > steps:
-                continue  # a later stage has begun: this one is behind the run
+                passed = True  # and the run cannot be shortened back to this stage
+                continue
             overrides = [*args.overrides, "compare_with=[]", f"algo.total_timesteps={steps}"]
             run_into(config.format(m=m), overrides, out,
                      note=f"{label}: to {steps:,} env steps -> {out}")  # fmt: skip
-        write_report(m, runs, target)
+        if not passed:
+            write_report(m, runs, target)
     return 0
 
 

@@ -75,15 +75,35 @@ def quartiles(values):
         return tuple(np.nanpercentile(values, q, axis=1) for q in (50, 25, 75))
 
 
+WINDOW = 1024  # env steps per seed that each reported value averages over
+
+
+def windowed(steps, values, window: int = WINDOW):
+    """Per row and seed, the mean of the values logged over the last ``window`` env steps
+    up to that row, skipping rows where no episode ended (NaN). A language-model run logs
+    every 64 env steps, where a 200-step episode seldom ends, so a single row is mostly
+    NaN or one episode; a symbolic run's update (6,400 env steps) is its own window."""
+    import warnings
+
+    import numpy as np
+
+    out = np.full(values.shape, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window where no episode ended
+        for i, s in enumerate(steps):
+            out[i] = np.nanmean(values[(steps > s - window) & (steps <= s)], axis=0)
+    return out
+
+
 def at_step(steps, values, step: float) -> dict | None:
-    """The per-seed values of the first logged row at or past ``step`` (None if the run
-    ends before it), with their median and quartiles."""
+    """The per-seed ``windowed`` values at the first logged row at or past ``step`` (None
+    if the run ends before it), with their median and quartiles."""
     import numpy as np
 
     rows = np.nonzero(steps >= step)[0]
     if not len(rows):
         return None
-    row = values[rows[0]]
+    row = windowed(steps, values)[rows[0]]
     med, lo, hi = (float(x[0]) for x in quartiles(row[None]))
     return {"env_steps": int(steps[rows[0]]), "median": med, "q25": lo, "q75": hi,
             "per_seed": [float(v) for v in row]}  # fmt: skip
@@ -102,7 +122,7 @@ def method_row(label: str, run_dir: Path, budget: int | None) -> dict:
     for metric in METRICS:
         steps, values = seed_curves(run_dir, metric)
         row[metric] = {
-            "start": at_step(steps, values, 0),
+            "start": at_step(steps, values, WINDOW),
             "at_lm_budget": None if budget is None else at_step(steps, values, budget),
             "final": at_step(steps, values, steps[-1]),
         }
@@ -119,7 +139,7 @@ def plot(runs: dict[str, Path], out: Path, title: str) -> Path:
     for ax, (metric, ylabel) in zip(axes, METRICS.items(), strict=True):
         for label, run_dir in runs.items():
             steps, values = seed_curves(run_dir, metric)
-            med, lo, hi = quartiles(values)
+            med, lo, hi = quartiles(windowed(steps, values))
             (line,) = ax.plot(steps, med, label=label, marker="." if len(steps) < 30 else None)
             ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
         ax.set_xscale("log")
@@ -143,10 +163,12 @@ def fmt(cell: dict | None) -> str:
 
 def markdown(rows: list[dict], budget: int | None) -> str:
     lines = [
-        "Median [25%, 75%] over seeds @ env steps"
+        f"Median [25%, 75%] over seeds @ env steps; each seed's value is the mean over the "
+        f"episodes that ended in the {WINDOW:,} env steps up to that logged update (a "
+        "symbolic update, 6,400 env steps, is its own window); 'start' is the first update at "
+        f"or past {WINDOW:,} env steps"
         + (
-            f"; 'at LM budget' is the first logged update at or past {budget:,} env steps (the "
-            "language-model runs' budget)."
+            f", 'at LM budget' the first at or past {budget:,} (the language-model runs' budget)."
             if budget
             else "."
         ),

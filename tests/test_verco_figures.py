@@ -79,3 +79,23 @@ def test_a_comparison_stopped_in_a_stage_goes_on_from_that_stage(calls, tmp_path
         ("verco_salad_a", "algo.total_timesteps=256"),
     ]
     assert reports == [256, 384]  # the first stage's report was written before the stop
+
+
+def test_each_reported_value_averages_the_episodes_of_the_last_window():
+    """A language-model run logs every 64 env steps and most rows end no episode (NaN):
+    each value is the mean over the rows of the last 1,024 env steps that ended one."""
+    import numpy as np
+
+    steps = np.arange(64, 64 * 40, 64)
+    values = np.full((len(steps), 2), np.nan)
+    values[5, 0], values[10, 0], values[20, 1] = 1.0, 3.0, 2.0  # at 384, 704, 1344 steps
+    w = figures.windowed(steps, values)
+    np.testing.assert_array_equal(w[10], [2.0, np.nan])  # 704: both of seed 0's episodes
+    np.testing.assert_array_equal(w[21], [3.0, 2.0])  # 1408: the 384 one left the window
+    np.testing.assert_array_equal(w[37], [np.nan, np.nan])  # 2432: none in the window
+    cell = figures.at_step(steps, values, 1024)
+    assert cell["env_steps"] == 1024 and cell["per_seed"][0] == 2.0
+    assert np.isnan(cell["per_seed"][1]) and figures.at_step(steps, values, 5000) is None
+    sparse = np.array([6400, 12800])  # a symbolic run: each update its own window
+    one_seed = np.array([[0.2], [0.5]])
+    np.testing.assert_array_equal(figures.windowed(sparse, one_seed), one_seed)

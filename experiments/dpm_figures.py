@@ -505,7 +505,38 @@ def markdown_table(rows: list[dict]) -> str:
         if any(ties(r.get(k)) for r in rows for k in ("heldout_trajectory", "heldout_agent"))
         else ""
     )
-    return head + "\n".join(lines) + "\n" + notes
+    return head + "\n".join(lines) + "\n" + notes + arms_table(rows)
+
+
+def arms_table(rows: list[dict]) -> str:
+    """Per arm of a map run one seed per run (variants ``"<arm>, seed K"``), its seeds'
+    greedy test win at the end and over all evaluations (the area under the test curve,
+    as a mean), and how many seeds end above 0.5; "" where no such rows have test wins."""
+    arms: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        arm, sep, _ = r["variant"].rpartition(", seed ")
+        if sep and r.get("test_win_rate_mean") is not None:
+            arms.setdefault((r["map"], arm), []).append(r)
+    if not arms:
+        return ""
+    lines = [
+        "\nPer arm (one run per seed): greedy test win rate at the end and its mean over all "
+        "evaluations, over the arm's seeds.\n",
+        "| map | arm | seeds | test win at the end (per seed) | seeds above 0.5 "
+        "| mean over all evaluations (per seed) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (smax_map, arm), runs in arms.items():
+        end = [r["test_win_rate_mean"] for r in runs]
+        auc = [r.get("test_win_rate_all") for r in runs]
+        seeds = lambda xs: ", ".join("" if x is None else f"{x:.2f}" for x in xs)
+        mean = lambda xs: "" if None in xs else f"{np.mean(xs):.2f}"
+        above = sum(x > 0.5 for x in end)
+        lines.append(
+            f"| {smax_map} | {arm} | {len(runs)} | {mean(end)} ({seeds(end)}) | {above} of "
+            f"{len(runs)} | {mean(auc)} ({seeds(auc)}) |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:

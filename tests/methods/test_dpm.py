@@ -872,6 +872,27 @@ def test_the_table_shows_an_agreement_over_only_ties_as_ties():
     assert "ties" not in figures.markdown_table([{**row, "heldout_agent": 1.0}])
 
 
+def test_the_table_sums_up_each_arm_run_one_seed_per_run():
+    figures = _figures()
+    base = {"map": "8m", "win_rate_mean": 0.0, "win_rate_per_seed": [0.0],
+            "steps_to": {"0.5": None}, "test_steps_to": {"0.5": None}, "env_steps": 999_424,
+            "env_steps_per_s": 1700.0, "feedback_s": 0.0}  # fmt: skip
+    rows = [
+        {**base, "variant": f"DPM both, seed {k}", "test_win_rate_mean": end,
+         "test_win_rate_per_seed": [end], "test_win_rate_all": auc}
+        for k, (end, auc) in enumerate([(0.0, 0.0), (0.9, 0.5), (0.6, 0.3)])
+    ] + [{**base, "variant": "QMIX strong sparse, seed 0", "test_win_rate_mean": 0.64,
+          "test_win_rate_per_seed": [0.64], "test_win_rate_all": 0.2}]  # fmt: skip
+    table = figures.markdown_table(rows)
+    assert (
+        "| 8m | DPM both | 3 | 0.50 (0.00, 0.90, 0.60) | 2 of 3 | 0.27 (0.00, 0.50, 0.30) |"
+        in table
+    )
+    assert "| 8m | QMIX strong sparse | 1 | 0.64 (0.64) | 1 of 1 | 0.20 (0.20) |" in table
+    three_m = [{**rows[0], "map": "3m", "variant": "DPM both"}]  # several seeds in one run
+    assert "Per arm" not in figures.markdown_table(three_m)
+
+
 def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
     """A team that never fights gives its teacher only ties: there is no agreement to
     report (a 0 read as 'the model disagrees with every label')."""

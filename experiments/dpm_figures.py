@@ -419,6 +419,8 @@ def run_figure(
             only and not report and not every_run
         ):  # the table reports every finished run; the plot, --only's
             dirs = {k: v for k, v in dirs.items() if only.lower() in k.lower()} or dirs
+        if smax_map in ONE_SEED_PER_RUN:  # one curve per arm, its seeds' runs pooled
+            dirs = by_arm(dirs)
         plot_runs(
             dirs, RESULTS / f"{plot}.png", title=f"DPM {figure}: smax:{smax_map}", metric="win_rate"
         )
@@ -432,6 +434,15 @@ def run_figure(
     (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
     print(markdown_table(rows))
     return rows
+
+
+def by_arm(dirs: dict[str, Path]) -> dict[str, list[Path]]:
+    """Run folders of variants ``"<arm>, seed K"`` grouped by arm (others alone)."""
+    arms: dict[str, list[Path]] = {}
+    for label, folder in dirs.items():
+        arm, sep, _ = label.rpartition(", seed ")
+        arms.setdefault(arm if sep else label, []).append(folder)
+    return arms
 
 
 def merge_rows(previous: list[dict], rows: list[dict], figure: str) -> list[dict]:

@@ -893,6 +893,12 @@ def test_the_table_sums_up_each_arm_run_one_seed_per_run():
     assert "Per arm" not in figures.markdown_table(three_m)
 
 
+def test_the_plot_pools_an_arms_seeds_run_one_per_run():
+    figures = _figures()
+    dirs = {f"DPM both, seed {k}": f"b{k}" for k in range(2)} | {"QMIX strong sparse": "q"}
+    assert figures.by_arm(dirs) == {"DPM both": ["b0", "b1"], "QMIX strong sparse": ["q"]}
+
+
 def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
     """A team that never fights gives its teacher only ties: there is no agreement to
     report (a 0 read as 'the model disagrees with every label')."""

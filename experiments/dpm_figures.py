@@ -421,6 +421,7 @@ def run_figure(
             dirs = {k: v for k, v in dirs.items() if only.lower() in k.lower()} or dirs
         if smax_map in ONE_SEED_PER_RUN:  # one curve per arm, its seeds' runs pooled
             dirs = by_arm(dirs)
+            plot_arms(figure, smax_map, variants)
         plot_runs(
             dirs, RESULTS / f"{plot}.png", title=f"DPM {figure}: smax:{smax_map}", metric="win_rate"
         )
@@ -434,6 +435,21 @@ def run_figure(
     (RESULTS / f"{figure}.md").write_text(markdown_table(rows))
     print(markdown_table(rows))
     return rows
+
+
+def plot_arms(figure: str, smax_map: str, variants: list) -> Path | None:
+    """``<figure>_<map>_arms.png``: each arm's greedy test win rate, its seeds pooled, from
+    the stored records of every finished run (``results/dpm/<figure>/<map>/*/eval.csv``),
+    so the figure holds the runs of earlier processes too; None where none is stored."""
+    from jaxmarl_llm.plotting import plot_runs
+
+    stored = {label: RESULTS / figure / smax_map / _slug(label) for label, _, _ in variants}
+    stored = {k: v for k, v in stored.items() if (v / "eval.csv").exists()}
+    if not stored:
+        return None
+    out = RESULTS / f"{figure}_{smax_map}_arms.png"
+    title = f"DPM {figure}: smax:{smax_map}, greedy test win (mean, min-max over seeds)"
+    return plot_runs(by_arm(stored), out, metric="eval_win_rate", title=title)
 
 
 def by_arm(dirs: dict[str, Path]) -> dict[str, list[Path]]:

@@ -899,6 +899,21 @@ def test_the_plot_pools_an_arms_seeds_run_one_per_run():
     assert figures.by_arm(dirs) == {"DPM both": ["b0", "b1"], "QMIX strong sparse": ["q"]}
 
 
+def test_the_arms_figure_is_drawn_from_every_stored_record(tmp_path, monkeypatch):
+    figures = _figures()
+    monkeypatch.setattr(figures, "RESULTS", tmp_path)
+    variants = figures._variants("dual", "8m")
+    assert figures.plot_arms("dual", "8m", variants) is None  # nothing stored yet
+    for label in ("DPM both, seed 0", "DPM both, seed 3", "QMIX strong sparse, seed 1"):
+        folder = tmp_path / "dual" / "8m" / figures._slug(label)
+        folder.mkdir(parents=True)
+        (folder / "eval.csv").write_text(
+            "update,env_steps,eval_win_rate,eval_win_rate/seed0\n40,40960,0.5,0.5\n80,81920,1,1\n"
+        )
+    out = figures.plot_arms("dual", "8m", variants)
+    assert out == tmp_path / "dual_8m_arms.png" and out.stat().st_size > 0
+
+
 def test_agreement_over_only_tied_agent_rankings_is_nan_not_zero(smax):
     """A team that never fights gives its teacher only ties: there is no agreement to
     report (a 0 read as 'the model disagrees with every label')."""

@@ -69,9 +69,12 @@ def seed_curves(run_dir: Path, metric: str):
 
 def quartiles(values):
     """Median and 25/75% over seeds per row, NaN-aware (a row where no episode ended)."""
+    import warnings
+
     import numpy as np
 
-    with np.errstate(all="ignore"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row where no seed has a value
         return tuple(np.nanpercentile(values, q, axis=1) for q in (50, 25, 75))
 
 
@@ -139,7 +142,9 @@ def plot(runs: dict[str, Path], out: Path, title: str) -> Path:
     for ax, (metric, ylabel) in zip(axes, METRICS.items(), strict=True):
         for label, run_dir in runs.items():
             steps, values = seed_curves(run_dir, metric)
-            med, lo, hi = quartiles(windowed(steps, values))
+            full = steps >= WINDOW  # a shorter window holds a few early episodes only
+            med, lo, hi = (q[full] for q in quartiles(windowed(steps, values)))
+            steps = steps[full]
             (line,) = ax.plot(steps, med, label=label, marker="." if len(steps) < 30 else None)
             ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
         ax.set_xscale("log")

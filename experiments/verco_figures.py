@@ -40,7 +40,7 @@ RESULTS = ROOT / "experiments" / "results" / "verco"
 RUNS = ROOT / "runs" / "verco"
 
 METRICS = {"episode_return": "episode return", "episode_length": "episode length",
-           "win_rate": "success rate"}  # fmt: skip
+           "win_rate": "success rate", "entropy": "policy entropy"}  # fmt: skip
 # method label -> (config name pattern, folder under runs/verco/<map>/)
 LM_METHODS = {
     "Verco": ("verco_salad_{m}", "lm"),
@@ -188,6 +188,11 @@ def markdown(rows: list[dict], budget: int | None) -> str:
             for r in rows
         ]
         lines.append("")
+    lines.append(
+        "Policy entropy is logged as the mean over a run's seeds (no spread): per agent step "
+        "for the symbolic policies, per decision for the language-model ones (over the "
+        "macro-actions available at it)."
+    )
     return "\n".join(lines)
 
 

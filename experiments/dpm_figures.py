@@ -452,12 +452,17 @@ def plot_arms(figure: str, smax_map: str, variants: list) -> Path | None:
     return plot_runs(by_arm(stored), out, metric="eval_win_rate", title=title)
 
 
+def arm_of(label: str) -> str | None:
+    """The arm of a variant run one seed per run (``"<arm>, seed K"``); None for others."""
+    arm, sep, _ = label.rpartition(", seed ")
+    return arm if sep else None
+
+
 def by_arm(dirs: dict[str, Path]) -> dict[str, list[Path]]:
     """Run folders of variants ``"<arm>, seed K"`` grouped by arm (others alone)."""
     arms: dict[str, list[Path]] = {}
     for label, folder in dirs.items():
-        arm, sep, _ = label.rpartition(", seed ")
-        arms.setdefault(arm if sep else label, []).append(folder)
+        arms.setdefault(arm_of(label) or label, []).append(folder)
     return arms
 
 
@@ -541,8 +546,8 @@ def arms_table(rows: list[dict]) -> str:
     as a mean), and how many seeds end above 0.5; "" where no such rows have test wins."""
     arms: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        arm, sep, _ = r["variant"].rpartition(", seed ")
-        if sep and r.get("test_win_rate_mean") is not None:
+        arm = arm_of(r["variant"])
+        if arm is not None and r.get("test_win_rate_mean") is not None:
             arms.setdefault((r["map"], arm), []).append(r)
     if not arms:
         return ""

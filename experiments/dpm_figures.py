@@ -11,6 +11,7 @@
     python experiments/dpm_figures.py pessimism --maps 8m 3m    # the members' std off the reward
     python experiments/dpm_figures.py dual --maps 2m_vs_1z 8m   # Fig. 5, whole episodes, 5 seeds
     python experiments/dpm_figures.py dual_noisy --maps 2m_vs_1z  # ... teacher 20% wrong
+    python experiments/dpm_figures.py dual_guarded --maps 8m    # ... with dpm_smax_8m's guards
     python experiments/dpm_figures.py kendall --maps 2m_vs_1z 8m  # Fig. 8b, the same protocol
 
 Every curve is one ``run.py`` run (2 seeds vmapped by default) in ``runs/dpm/<figure>/<map>/``;
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "experiments" / "results" / "dpm"
 FIGURES = (
     "main", "types", "selection", "rounds", "mixer", "subset", "zero", "budget", "pessimism",
-    "dual", "dual_noisy", "kendall",
+    "dual", "dual_noisy", "dual_guarded", "kendall",
 )  # fmt: skip
 # Fig. 5 and 8b as the paper ran them: whole-episode trajectory queries, candidates from
 # enough play that every arm gets all its labels (4,096 steps x 8 envs a round: several
@@ -49,6 +50,13 @@ EPISODE_QUERIES = [
 ]
 MAP_BUDGET = {"2m_vs_1z": 500_000}  # env steps; the others 1M (the learner config's)
 NOISY_TEACHER = 0.2  # dual_noisy: each answer flipped with this probability
+# dual_guarded: dpm_smax_8m's guards against stalling for a fixed ensemble's reward
+GUARDS = [
+    "shaping.kwargs.centering=neutral",
+    "shaping.kwargs.pessimism=1",
+    "shaping.kwargs.fade.updates=200",
+    "shaping.kwargs.fade.after_win=0.5",
+]
 # maps where one run per seed is the way to fit in memory: on 8m the whole-episode segment
 # features take ~3 GB a seed, and QMIX's replay buffers of 5 seeds outgrow 23 GB
 ONE_SEED_PER_RUN = ("8m",)
@@ -76,12 +84,14 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
             ),
             ("DPM agent only", "dpm_smax_3m", [*env, "shaping.kwargs.preferences=agent"]),
         ]
-    if figure in ("dual", "dual_noisy", "kendall"):
+    if figure in ("dual", "dual_noisy", "dual_guarded", "kendall"):
         protocol = [*env, *EPISODE_QUERIES]
         if smax_map in MAP_BUDGET:
             protocol.append(f"algo.total_timesteps={MAP_BUDGET[smax_map]}")
         if figure == "dual_noisy":
             protocol.append(f"shaping.kwargs.mistake={NOISY_TEACHER}")
+        if figure == "dual_guarded":
+            protocol += GUARDS
         arms = [("DPM both", [])]
         if figure == "kendall":
             arms.append(("DPM random queries", ["shaping.kwargs.selection=random"]))

@@ -823,7 +823,7 @@ def test_every_figure_variant_is_a_valid_config():
 
 def test_the_dual_protocol_runs_one_seed_per_process_where_five_do_not_fit():
     figures = _figures()
-    for figure in ("dual", "dual_noisy", "kendall"):
+    for figure in ("dual", "dual_noisy", "dual_guarded", "kendall"):
         variants = figures._variants(figure, "8m")
         assert all("num_seeds=1" in extra for _, _, extra in variants), figure
         seeds = [next(o for o in extra if o.startswith("seed=")) for _, _, extra in variants]
@@ -831,6 +831,25 @@ def test_the_dual_protocol_runs_one_seed_per_process_where_five_do_not_fit():
     sparse = [v for v in figures._variants("dual", "8m") if v[1] == "qmix_smax_3m_strong_sparse"]
     assert [label for label, _, _ in sparse] == [f"QMIX strong sparse, seed {k}" for k in range(5)]
     assert "num_seeds=5" in figures._variants("dual", "2m_vs_1z")[-1][2]
+
+
+def test_the_guarded_dual_arms_carry_dpm_smax_8m_guards_and_nothing_else_differs():
+    from jaxmarl_llm.config import load_config
+
+    figures = _figures()
+    guarded = load_config("dpm_smax_8m", ["compare_with=[]"]).shaping.kwargs
+    guards = ("centering", "pessimism", "fade")
+    for (label, config, extra), (plain_label, _, plain) in zip(
+        figures._variants("dual_guarded", "8m"), figures._variants("dual", "8m"), strict=False
+    ):
+        assert label == plain_label
+        kwargs = load_config(config, ["compare_with=[]", *extra]).shaping.kwargs
+        plain_kwargs = load_config(config, ["compare_with=[]", *plain]).shaping.kwargs
+        assert {k: kwargs[k] for k in guards} == {k: guarded[k] for k in guards}, label
+        assert {k: v for k, v in kwargs.items() if k not in guards} == {
+            k: v for k, v in plain_kwargs.items() if k not in guards
+        }, label
+    assert len(figures._variants("dual_guarded", "8m")) == 15  # no sparse QMIX: dual's serves
 
 
 def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():

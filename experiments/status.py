@@ -787,8 +787,16 @@ def outputs(spec: dict, rows: list[Row]) -> dict[Path, str]:
     return files
 
 
+def load_claims(path: Path | None = None) -> dict:
+    path = path or CLAIMS
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:  # its message names the line and column
+        raise StatusError(f"{path.name} is not valid YAML: {e}") from None
+
+
 def generate(check: bool) -> int:
-    spec = yaml.safe_load(CLAIMS.read_text())
+    spec = load_claims()
     provenance = json.loads(PROVENANCE.read_text()) if PROVENANCE.exists() else {}
     problems = check_paper_quotes(spec)
     if check:

@@ -226,3 +226,13 @@ def test_narration_in_a_results_page_is_refused(status, tmp_path):
     found = status.check_wording(tmp_path)
     assert [p.split(": ", 1)[1] for p in found] == ["'now'", "'issue 42'", "'superseded'"]
     assert all(p.startswith("experiments/results/m/README.md:2:") for p in found)
+
+
+def test_a_malformed_claims_file_is_named_with_its_line(status, tmp_path):
+    bad = tmp_path / "claims.yaml"
+    bad.write_text("claims:\n  - id: X1\n    why: running (`x`: one run at a time)\n")
+    where = r"(?s)claims.yaml is not valid YAML.*line 3, column 22"
+    with pytest.raises(status.StatusError, match=where):
+        status.load_claims(bad)
+    bad.write_text("claims:\n  - id: X1\n")
+    assert status.load_claims(bad) == {"claims": [{"id": "X1"}]}

@@ -639,8 +639,13 @@ def _cell(text) -> str:
     return " ".join(str(text or "").replace("|", "\\|").split())
 
 
-def _commits_text(commits: list[str]) -> str:
-    return ", ".join(f"`{c}`" for c in commits) if commits else ""
+def _commits_text(commits: list[str], limit: int | None = None) -> str:
+    """The commits as code spans; past `limit`, the first ones and a count of the rest."""
+    shown = commits if limit is None or len(commits) <= limit else commits[: limit - 1]
+    text = ", ".join(f"`{c}`" for c in shown)
+    if len(shown) < len(commits):
+        text += f" and {len(commits) - len(shown)} more (detail page)"
+    return text
 
 
 def _paper_cell(claim: dict) -> str:
@@ -679,6 +684,9 @@ def legend(spec: dict) -> str:
     return "\n".join(lines)
 
 
+COMMITS_SHOWN = 4  # on the status page; a detail page lists every commit
+
+
 def claims_table(rows: list[Row], full: bool = False) -> str:
     head = ["ID", "claim", "paper", "ours", "verdict", "labels",
             "seeds × env steps (of paper's)", "commit", "command"]  # fmt: skip
@@ -696,7 +704,7 @@ def claims_table(rows: list[Row], full: bool = False) -> str:
         if why:
             verdict += f": {why}"
         cells = [c["id"], c["claim"], _paper_cell(c), ours, verdict, c.get("labels", ""),
-                 r.budget, _commits_text(r.commits),
+                 r.budget, _commits_text(r.commits, None if full else COMMITS_SHOWN),
                  f"`{c['command']}`" if c.get("command") else ""]  # fmt: skip
         if full:
             cells[4:4] = [c.get("metric", "")]

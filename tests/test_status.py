@@ -136,6 +136,17 @@ def test_running_rows_show_their_numbers_and_what_is_left(status, results):
     assert "| running: one seed of three |" in status.claims_table([row])
 
 
+def test_a_long_commit_list_is_cut_on_the_status_page_only(status, results):
+    (row,) = status.build_rows(_spec(_claim()), status.Resolver({}))
+    row.commits = [f"{k:07x}" for k in range(status.COMMITS_SHOWN + 3)]
+    short = status.claims_table([row])
+    assert f"`{status.COMMITS_SHOWN - 2:07x}` and 4 more (detail page)" in short
+    assert f"`{status.COMMITS_SHOWN - 1:07x}`" not in short
+    assert all(f"`{c}`" in status.claims_table([row], full=True) for c in row.commits)
+    row.commits = row.commits[: status.COMMITS_SHOWN]
+    assert "more (detail page)" not in status.claims_table([row])
+
+
 def test_steps_text(status):
     assert [status.steps_text(n) for n in (999, 88_064, 1_000_000, 6_400_000)] == [
         "999", "88k", "1M", "6.4M",

@@ -6,8 +6,15 @@ import subprocess
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parents[2]
-# What runs write into the checkout: a changed result file does not make the code dirty.
-_OUTPUTS = ("experiments/results", "experiments/models", "benchmarks/results")
+# What runs write into the checkout, and the pages written about them: a changed result
+# file or a rewritten page does not make the code dirty.
+_OUTPUTS = ("experiments/results", "experiments/models", "benchmarks/results",
+            "experiments/claims.yaml", "glob:**/*.md")  # fmt: skip
+
+
+def _exclude(path: str) -> str:
+    magic, _, pattern = path.rpartition(":")
+    return f":(exclude{',' + magic if magic else ''}){pattern}"
 
 
 def code_commit(root: Path = _ROOT) -> str | None:
@@ -31,7 +38,7 @@ def code_commit(root: Path = _ROOT) -> str | None:
                 "--untracked-files=no",
                 "--",
                 ".",
-                *(f":(exclude){p}" for p in _OUTPUTS),
+                *(_exclude(p) for p in _OUTPUTS),
             ],
             capture_output=True,
             text=True,

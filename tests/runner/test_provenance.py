@@ -21,6 +21,11 @@ def test_commit_is_dirty_only_when_code_changed(tmp_path):
     assert head is not None and len(head) == 7 and "+" not in head
     (tmp_path / "experiments" / "results" / "r.json").write_text('{"a": 1}\n')
     assert code_commit(tmp_path) == head  # a rewritten result is not a code change
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("# a page\n")
+    (tmp_path / "experiments" / "claims.yaml").write_text("claims: []\n")
+    _git(tmp_path, "add", ".")
+    assert code_commit(tmp_path) == head  # nor is a page or the claims written about it
     assert unchanged_since(head, ("code.py",), tmp_path)
     (tmp_path / "code.py").write_text("x = 2\n")
     assert code_commit(tmp_path) == f"{head}+dirty"

@@ -839,8 +839,9 @@ def test_the_guarded_dual_arms_carry_dpm_smax_8m_guards_and_nothing_else_differs
     figures = _figures()
     guarded = load_config("dpm_smax_8m", ["compare_with=[]"]).shaping.kwargs
     guards = ("centering", "pessimism", "fade")
+    guarded_runs = figures._variants("dual_guarded", "8m")
     for (label, config, extra), (plain_label, _, plain) in zip(
-        figures._variants("dual_guarded", "8m"), figures._variants("dual", "8m"), strict=False
+        guarded_runs[:15], figures._variants("dual", "8m")[:15], strict=True
     ):
         assert label == plain_label
         kwargs = load_config(config, ["compare_with=[]", *extra]).shaping.kwargs
@@ -849,7 +850,20 @@ def test_the_guarded_dual_arms_carry_dpm_smax_8m_guards_and_nothing_else_differs
         assert {k: v for k, v in kwargs.items() if k not in guards} == {
             k: v for k, v in plain_kwargs.items() if k not in guards
         }, label
-    assert len(figures._variants("dual_guarded", "8m")) == 15  # no sparse QMIX: dual's serves
+    # no sparse QMIX (dual's serves); the control arm differs from guarded both in the query form
+    assert len(guarded_runs) == 20
+    queries = ("segments", "segment_length")
+    for (label, config, extra), (both_label, _, both) in zip(guarded_runs[15:], guarded_runs[:5],
+                                                             strict=True):  # fmt: skip
+        assert label == both_label.replace("DPM both", "DPM both, 8-step windows")
+        kwargs = load_config(config, ["compare_with=[]", *extra]).shaping.kwargs
+        both_kwargs = load_config(config, ["compare_with=[]", *both]).shaping.kwargs
+        window = load_config("dpm_smax_8m", ["compare_with=[]"]).shaping.kwargs
+        assert {k: kwargs[k] for k in queries} == {k: window[k] for k in queries}, label
+        assert both_kwargs.segments == "episode", label
+        assert {k: v for k, v in kwargs.items() if k not in queries} == {
+            k: v for k, v in both_kwargs.items() if k not in queries
+        }, label
 
 
 def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():

@@ -223,6 +223,26 @@ def test_dpm_run_refits_the_ensemble_between_chunks(three_round_run):
     for r, f in zip(rows, full, strict=True):
         for key in ("intrinsic_per_agent_step_std", "member_std_per_agent_step"):
             assert f[key] == pytest.approx(2 * r[key], rel=1e-4)
+        assert r["won_episodes"] + r["lost_episodes"] <= r["episodes_ended"]
+    # --policy with the run's own folder plays and scores exactly as without it
+    crossed = load_script("experiments/dpm_intrinsic_check.py").check(
+        result.run_dir, 16, 0, policy_dir=result.run_dir
+    )
+    for r, c in zip(rows, crossed, strict=True):
+        assert c.pop("policy") == str(result.run_dir) and r.pop("policy") is None
+        assert c == r
+
+
+def test_episode_sums_count_only_episodes_that_start_in_the_window():
+    episode_sums = load_script("experiments/dpm_intrinsic_check.py").episode_sums
+    ended = np.array([[0, 1], [1, 0], [0, 0], [1, 1], [0, 0], [1, 0]], bool)  # [T, E]
+    intrinsic = np.arange(12, dtype=float).reshape(6, 2)
+    env = np.zeros((6, 2))
+    env[3, 0] = 1.0  # env 0's second episode (steps 2-3) is won
+    sums = episode_sums(intrinsic, env, ended)
+    # env 0: steps 2-3 and 4-5; env 1: steps 1-3 (its first episode ends at step 0)
+    np.testing.assert_array_equal(sums, [[4 + 6, 1], [8 + 10, 0], [3 + 5 + 7, 0]])
+    assert episode_sums(intrinsic, env, np.zeros_like(ended)).shape == (0, 2)
 
 
 @pytest.mark.slow  # a DPM run; the three-round QMIX run above stays in the suite

@@ -115,7 +115,10 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
         one = [o for o in protocol if not o.startswith("num_seeds=")] + ["num_seeds=1"]
         runs = [(label, "dpm_smax_3m", [*one, *extra]) for label, extra in arms]
         if figure == "dual":
-            runs.append(sparse(1))
+            # and on SMAX's dense reward: whether the learner wins a seed at all when the
+            # reward is good, so that a seed no arm wins is told from a reward that fails
+            dense = ("QMIX dense", "qmix_smax_3m_dense", [*env, "num_seeds=1", *budget])
+            runs += [sparse(1), dense]
         return [
             (f"{label}, seed {k}", config, [*extra, f"seed={k}"])
             for label, config, extra in runs

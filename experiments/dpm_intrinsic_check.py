@@ -18,6 +18,7 @@ team's play more than its own team's. Loads the replay buffers too: mind memory 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 from pathlib import Path
 
@@ -46,20 +47,24 @@ def check(run_dir: Path, steps: int, seed: int, weights=(None,), policy_dir=None
     import numpy as np
 
     from jaxmarl_llm.config import ConfigError
-    from jaxmarl_llm.runner import load_trained
+    from jaxmarl_llm.runner import load_run_config, load_trained
     from jaxmarl_llm.shaping.registry import ShaperContext, build_shaper
 
-    run = load_trained(run_dir)
+    if policy_dir is not None:
+        cfgs = [load_run_config(d) for d in (run_dir, policy_dir)]
+        for key in ("env.name", "num_seeds"):
+            mine, theirs = (OmegaConf.select(c, key) for c in cfgs)
+            if mine != theirs:
+                raise ConfigError(f"--policy {policy_dir} has {key}={theirs}, {run_dir} {mine}")
+    # one run in memory at a time: each holds its replay buffer
+    run = load_trained(run_dir if policy_dir is None else policy_dir)
+    batch = _play(run, steps, seed)
+    if policy_dir is not None:
+        del run
+        gc.collect()
+        run = load_trained(run_dir)
     context = ShaperContext(run_dir=run_dir, seed=int(run.cfg.seed))
     shaper = build_shaper(run.cfg.shaping, run.env, context)
-    player = run if policy_dir is None else load_trained(policy_dir)
-    for key in ("env.name", "num_seeds"):
-        mine, theirs = (OmegaConf.select(r.cfg, key) for r in (run, player))
-        if mine != theirs:
-            raise ConfigError(f"--policy {policy_dir} has {key}={theirs}, {run_dir} {mine}")
-    keys = jax.random.split(jax.random.PRNGKey(seed), run.cfg.num_seeds)
-    collect = jax.vmap(lambda s, k: player.learner.collect(s, k, steps))
-    batch = jax.jit(collect)(player.state, keys)
     score = jax.jit(jax.vmap(shaper.apply))
     spread_of = jax.jit(jax.vmap(lambda p, b: _member_std(run, p, b)))
     done, env_r = np.asarray(batch.done), np.asarray(batch.reward)
@@ -97,6 +102,15 @@ def check(run_dir: Path, steps: int, seed: int, weights=(None,), policy_dir=None
             if spread is not None:
                 rows[-1]["member_std_per_agent_step"] = float(spread[s].mean())
     return rows
+
+
+def _play(run, steps: int, seed: int):
+    """The run's epsilon-greedy play from its own env states, as host arrays."""
+    import jax
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), run.cfg.num_seeds)
+    collect = jax.jit(jax.vmap(lambda s, k: run.learner.collect(s, k, steps)))
+    return jax.device_get(collect(run.state, keys))
 
 
 def _mean_or_none(x) -> float | None:

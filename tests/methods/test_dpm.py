@@ -848,8 +848,13 @@ def test_the_dual_protocol_runs_one_seed_per_process_where_five_do_not_fit():
         assert all("num_seeds=1" in extra for _, _, extra in variants), figure
         seeds = [next(o for o in extra if o.startswith("seed=")) for _, _, extra in variants]
         assert seeds == [f"seed={k}" for k in range(5)] * (len(variants) // 5), figure
-    sparse = [v for v in figures._variants("dual", "8m") if v[1] == "qmix_smax_3m_strong_sparse"]
-    assert [label for label, _, _ in sparse] == [f"QMIX strong sparse, seed {k}" for k in range(5)]
+    dual = figures._variants("dual", "8m")
+    for config, label in (("qmix_smax_3m_strong_sparse", "QMIX strong sparse"),
+                          ("qmix_smax_3m_dense", "QMIX dense")):  # fmt: skip
+        runs = [v for v in dual if v[1] == config]
+        assert [name for name, _, _ in runs] == [f"{label}, seed {k}" for k in range(5)]
+        assert all("env.name=smax:8m" in extra for _, _, extra in runs)
+    assert len(dual) == 25  # three DPM arms, sparse and dense QMIX
     assert "num_seeds=5" in figures._variants("dual", "2m_vs_1z")[-1][2]
 
 

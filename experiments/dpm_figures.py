@@ -48,8 +48,14 @@ EPISODE_QUERIES = [
     "shaping.kwargs.collect_steps=4096",
     "num_seeds=5",
 ]
-# dual_guarded's control arm: the trajectory queries of dpm_smax_8m, the rest of the protocol kept
-WINDOW_QUERIES = ["shaping.kwargs.segments=window", "shaping.kwargs.segment_length=8"]
+# dual_guarded's control arms, each DPM both with one thing changed: the trajectory queries
+# of dpm_smax_8m; the ten rounds over the first 51k env steps, all within epsilon's annealing
+# (100k), where every 20 updates ends them at 205k
+GUARDED_CONTROLS = {
+    "DPM both, 8-step windows": ["shaping.kwargs.segments=window",
+                                 "shaping.kwargs.segment_length=8"],
+    "DPM both, rounds every 5 updates": ["shaping.kwargs.every=5"],
+}  # fmt: skip
 MAP_BUDGET = {"2m_vs_1z": 500_000}  # env steps; the others 1M (the learner config's)
 NOISY_TEACHER = 0.2  # dual_noisy: each answer flipped with this probability
 # dual_guarded: dpm_smax_8m's guards against stalling for a fixed ensemble's reward
@@ -102,8 +108,8 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 ("DPM trajectory only", ["shaping.kwargs.preferences=trajectory"]),
                 ("DPM agent only", ["shaping.kwargs.preferences=agent"]),
             ]
-        if figure == "dual_guarded":  # the query form alone: dpm_smax_8m's 8-step windows
-            arms.append(("DPM both, 8-step windows", WINDOW_QUERIES))
+        if figure == "dual_guarded":
+            arms += list(GUARDED_CONTROLS.items())
         # the map's own difficulty: what the learner reaches on the sparse reward alone, at
         # the same budget and seeds
         budget = [o for o in protocol if o.startswith("algo.total_timesteps=")]

@@ -875,20 +875,24 @@ def test_the_guarded_dual_arms_carry_dpm_smax_8m_guards_and_nothing_else_differs
         assert {k: v for k, v in kwargs.items() if k not in guards} == {
             k: v for k, v in plain_kwargs.items() if k not in guards
         }, label
-    # no sparse QMIX (dual's serves); the control arm differs from guarded both in the query form
-    assert len(guarded_runs) == 20
-    queries = ("segments", "segment_length")
-    for (label, config, extra), (both_label, _, both) in zip(guarded_runs[15:], guarded_runs[:5],
-                                                             strict=True):  # fmt: skip
-        assert label == both_label.replace("DPM both", "DPM both, 8-step windows")
-        kwargs = load_config(config, ["compare_with=[]", *extra]).shaping.kwargs
-        both_kwargs = load_config(config, ["compare_with=[]", *both]).shaping.kwargs
-        window = load_config("dpm_smax_8m", ["compare_with=[]"]).shaping.kwargs
-        assert {k: kwargs[k] for k in queries} == {k: window[k] for k in queries}, label
-        assert both_kwargs.segments == "episode", label
-        assert {k: v for k, v in kwargs.items() if k not in queries} == {
-            k: v for k, v in both_kwargs.items() if k not in queries
-        }, label
+    # no sparse QMIX (dual's serves); each control arm differs from guarded both in its keys
+    assert len(guarded_runs) == 15 + 5 * len(figures.GUARDED_CONTROLS)
+    window = load_config("dpm_smax_8m", ["compare_with=[]"]).shaping.kwargs
+    changed = {"DPM both, 8-step windows": {k: window[k] for k in ("segments", "segment_length")},
+               "DPM both, rounds every 5 updates": {"every": 5}}  # fmt: skip
+    assert set(changed) == set(figures.GUARDED_CONTROLS)
+    for i, (arm, keys) in enumerate(changed.items()):
+        runs = guarded_runs[15 + 5 * i : 20 + 5 * i]
+        for (label, config, extra), (both_label, _, both) in zip(runs, guarded_runs[:5],
+                                                                 strict=True):  # fmt: skip
+            assert label == both_label.replace("DPM both", arm)
+            kwargs = load_config(config, ["compare_with=[]", *extra]).shaping.kwargs
+            both_kwargs = load_config(config, ["compare_with=[]", *both]).shaping.kwargs
+            assert {k: kwargs[k] for k in keys} == keys, label
+            assert all(both_kwargs[k] != v for k, v in keys.items()), label
+            assert {k: v for k, v in kwargs.items() if k not in keys} == {
+                k: v for k, v in both_kwargs.items() if k not in keys
+            }, label
 
 
 def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():

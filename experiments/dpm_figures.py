@@ -54,7 +54,10 @@ EPISODE_QUERIES = [
 GUARDED_CONTROLS = {
     "DPM both, 8-step windows": ["shaping.kwargs.segments=window",
                                  "shaping.kwargs.segment_length=8"],
-    "DPM both, rounds every 5 updates": ["shaping.kwargs.every=5"],
+    # chunks of 5 updates, so that rounds fall between them; evaluations and checkpoints at
+    # the same updates as the other arms' (every 40 and 100)
+    "DPM both, rounds every 5 updates": ["shaping.kwargs.every=5", "log_every=5",
+                                         "eval.every=8", "checkpoint_every=20"],
 }  # fmt: skip
 MAP_BUDGET = {"2m_vs_1z": 500_000}  # env steps; the others 1M (the learner config's)
 NOISY_TEACHER = 0.2  # dual_noisy: each answer flipped with this probability

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from scripts import load_script
 
 import envs
@@ -837,6 +838,9 @@ def test_every_figure_variant_is_a_valid_config():
             for label, config, extra in figures._variants(figure, smax_map):
                 cfg = load_config(config, ["compare_with=[]", *extra])  # ConfigError if bad
                 assert cfg.env.name == f"smax:{smax_map}", label
+                if cfg.shaping.name == "dpm":  # rounds fall between chunks (check_feedback)
+                    every = cfg.shaping.kwargs.get("every", 20)
+                    assert every is None or every % cfg.log_every == 0, label
     with pytest.raises(ValueError, match="unknown figure 'fig9'"):
         figures._variants("fig9", "3m")
 
@@ -889,6 +893,10 @@ def test_the_guarded_dual_arms_carry_dpm_smax_8m_guards_and_nothing_else_differs
             kwargs = load_config(config, ["compare_with=[]", *extra]).shaping.kwargs
             both_kwargs = load_config(config, ["compare_with=[]", *both]).shaping.kwargs
             assert {k: kwargs[k] for k in keys} == keys, label
+            cfg, both_cfg = (load_config(config, ["compare_with=[]", *o]) for o in (extra, both))
+            for every in ("eval.every", "checkpoint_every"):  # the same updates, chunks aside
+                updates = [c.log_every * OmegaConf.select(c, every) for c in (cfg, both_cfg)]
+                assert updates[0] == updates[1], label
             assert all(both_kwargs[k] != v for k, v in keys.items()), label
             assert {k: v for k, v in kwargs.items() if k not in keys} == {
                 k: v for k, v in both_kwargs.items() if k not in keys

@@ -240,9 +240,10 @@ def test_episode_sums_count_only_episodes_that_start_in_the_window():
     intrinsic = np.arange(12, dtype=float).reshape(6, 2)
     env = np.zeros((6, 2))
     env[3, 0] = 1.0  # env 0's second episode (steps 2-3) is won
+    env[5, 0] = 0.35  # a lost episode's kills on the weak sparse reward
     sums = episode_sums(intrinsic, env, ended)
     # env 0: steps 2-3 and 4-5; env 1: steps 1-3 (its first episode ends at step 0)
-    np.testing.assert_array_equal(sums, [[4 + 6, 1], [8 + 10, 0], [3 + 5 + 7, 0]])
+    np.testing.assert_array_equal(sums, [[4 + 6, 1], [8 + 10, 0.35], [3 + 5 + 7, 0]])
     assert episode_sums(intrinsic, env, np.zeros_like(ended)).shape == (0, 2)
 
 

@@ -48,16 +48,16 @@ EPISODE_QUERIES = [
     "shaping.kwargs.collect_steps=4096",
     "num_seeds=5",
 ]
+# the ten rounds over the first 51k env steps, all within epsilon's annealing (100k), where
+# every 20 updates ends them at 205k; chunks of 5 updates, so that rounds fall between them,
+# and evaluations and checkpoints at the same updates as the other arms' (every 40 and 100)
+EARLY_ROUNDS = ["shaping.kwargs.every=5", "log_every=5", "eval.every=8", "checkpoint_every=20"]
 # dual_guarded's control arms, each DPM both with one thing changed: the trajectory queries
-# of dpm_smax_8m; the ten rounds over the first 51k env steps, all within epsilon's annealing
-# (100k), where every 20 updates ends them at 205k
+# of dpm_smax_8m; the early rounds (which dual_guarded also runs for each preference type)
 GUARDED_CONTROLS = {
     "DPM both, 8-step windows": ["shaping.kwargs.segments=window",
                                  "shaping.kwargs.segment_length=8"],
-    # chunks of 5 updates, so that rounds fall between them; evaluations and checkpoints at
-    # the same updates as the other arms' (every 40 and 100)
-    "DPM both, rounds every 5 updates": ["shaping.kwargs.every=5", "log_every=5",
-                                         "eval.every=8", "checkpoint_every=20"],
+    "DPM both, rounds every 5 updates": EARLY_ROUNDS,
 }  # fmt: skip
 MAP_BUDGET = {"2m_vs_1z": 500_000}  # env steps; the others 1M (the learner config's)
 NOISY_TEACHER = 0.2  # dual_noisy: each answer flipped with this probability
@@ -112,7 +112,10 @@ def _variants(figure: str, smax_map: str) -> list[tuple[str, str, list[str]]]:
                 ("DPM agent only", ["shaping.kwargs.preferences=agent"]),
             ]
         if figure == "dual_guarded":
+            types = arms[1:]
             arms += list(GUARDED_CONTROLS.items())
+            arms += [(f"{label}, rounds every 5 updates", [*extra, *EARLY_ROUNDS])
+                     for label, extra in types]  # fmt: skip
         # the map's own difficulty: what the learner reaches on the sparse reward alone, at
         # the same budget and seeds
         budget = [o for o in protocol if o.startswith("algo.total_timesteps=")]

@@ -881,7 +881,7 @@ def test_the_guarded_dual_arms_carry_dpm_smax_8m_guards_and_nothing_else_differs
             k: v for k, v in plain_kwargs.items() if k not in guards
         }, label
     # no sparse QMIX (dual's serves); each control arm differs from guarded both in its keys
-    assert len(guarded_runs) == 15 + 5 * len(figures.GUARDED_CONTROLS)
+    assert len(guarded_runs) == 15 + 5 * len(figures.GUARDED_CONTROLS) + 10
     window = load_config("dpm_smax_8m", ["compare_with=[]"]).shaping.kwargs
     changed = {"DPM both, 8-step windows": {k: window[k] for k in ("segments", "segment_length")},
                "DPM both, rounds every 5 updates": {"every": 5}}  # fmt: skip
@@ -902,6 +902,14 @@ def test_the_guarded_dual_arms_carry_dpm_smax_8m_guards_and_nothing_else_differs
             assert {k: v for k, v in kwargs.items() if k not in keys} == {
                 k: v for k, v in both_kwargs.items() if k not in keys
             }, label
+    # the early rounds for the trajectory-only and agent-only arms: each is its guarded arm
+    # with the same overrides as the early DPM both
+    assert figures.GUARDED_CONTROLS["DPM both, rounds every 5 updates"] == figures.EARLY_ROUNDS
+    for (label, _, extra), (type_label, _, plain) in zip(
+        guarded_runs[-10:], guarded_runs[5:15], strict=True
+    ):
+        assert label == type_label.replace(", seed", ", rounds every 5 updates, seed")
+        assert extra == [*plain[:-1], *figures.EARLY_ROUNDS, plain[-1]], label
 
 
 def test_rows_of_variants_not_rerun_are_kept_in_the_figures_order():

@@ -112,6 +112,28 @@ def at_step(steps, values, step: float) -> dict | None:
             "per_seed": [float(v) for v in row]}  # fmt: skip
 
 
+def second_half(steps, values, budget: int) -> dict | None:
+    """Per seed, the mean of the values logged after half of ``budget`` env steps up to the
+    first row at or past it (rows where no episode ended skipped), with their median and
+    quartiles; None if the run ends before ``budget``. Half a run's episodes rather than
+    one window's few: a 1,024-step window ends about 5 episodes a seed."""
+    import warnings
+
+    import numpy as np
+
+    rows = np.nonzero(steps >= budget)[0]
+    if not len(rows):
+        return None
+    end = int(steps[rows[0]])
+    span = (steps > budget / 2) & (steps <= end)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a seed that ended no episode
+        row = np.nanmean(values[span], axis=0)
+    med, lo, hi = (float(x[0]) for x in quartiles(row[None]))
+    return {"env_steps_from": int(budget // 2), "env_steps": end, "median": med, "q25": lo,
+            "q75": hi, "per_seed": [float(v) for v in row]}  # fmt: skip
+
+
 def method_row(label: str, run_dir: Path, budget: int | None) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     row = {
@@ -127,6 +149,7 @@ def method_row(label: str, run_dir: Path, budget: int | None) -> dict:
         row[metric] = {
             "start": at_step(steps, values, WINDOW),
             "at_lm_budget": None if budget is None else at_step(steps, values, budget),
+            "second_half": None if budget is None else second_half(steps, values, budget),
             "final": at_step(steps, values, steps[-1]),
         }
     return row
@@ -162,8 +185,10 @@ def plot(runs: dict[str, Path], out: Path, title: str) -> Path:
 def fmt(cell: dict | None) -> str:
     if cell is None:
         return "not reached"
-    return (f"{cell['median']:.3f} [{cell['q25']:.3f}, {cell['q75']:.3f}] "
-            f"@ {cell['env_steps']:,}")  # fmt: skip
+    at = f"{cell['env_steps']:,}"
+    if "env_steps_from" in cell:
+        at = f"{cell['env_steps_from']:,}-{at}"
+    return f"{cell['median']:.3f} [{cell['q25']:.3f}, {cell['q75']:.3f}] @ {at}"
 
 
 def markdown(rows: list[dict], budget: int | None) -> str:
@@ -173,18 +198,22 @@ def markdown(rows: list[dict], budget: int | None) -> str:
         "symbolic update, 6,400 env steps, is its own window); 'start' is the first update at "
         f"or past {WINDOW:,} env steps"
         + (
-            f", 'at LM budget' the first at or past {budget:,} (the language-model runs' budget)."
+            f", 'at LM budget' the first at or past {budget:,} (the language-model runs' "
+            f"budget), 'second half' the mean of the values logged after {budget // 2:,} up "
+            "to that update."
             if budget
             else "."
         ),
         "",
     ]
     for metric, name in METRICS.items():
-        lines += [f"**{name}**", "", "| method | seeds | start | at LM budget | final |",
-                  "|---|---|---|---|---|"]  # fmt: skip
+        lines += [f"**{name}**", "",
+                  "| method | seeds | start | at LM budget | second half | final |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
         lines += [
             f"| {r['method']} | {r['seeds']} | {fmt(r[metric]['start'])} | "
-            f"{fmt(r[metric]['at_lm_budget'])} | {fmt(r[metric]['final'])} |"
+            f"{fmt(r[metric]['at_lm_budget'])} | {fmt(r[metric].get('second_half'))} | "
+            f"{fmt(r[metric]['final'])} |"
             for r in rows
         ]
         lines.append("")

@@ -99,3 +99,21 @@ def test_each_reported_value_averages_the_episodes_of_the_last_window():
     sparse = np.array([6400, 12800])  # a symbolic run: each update its own window
     one_seed = np.array([[0.2], [0.5]])
     np.testing.assert_array_equal(figures.windowed(sparse, one_seed), one_seed)
+
+
+def test_the_second_half_averages_every_row_after_half_the_budget_up_to_its_update():
+    import numpy as np
+
+    steps = np.arange(64, 64 * 40, 64)  # to 2,496
+    values = np.full((len(steps), 2), np.nan)
+    values[5, 0], values[10, 0], values[20, 0], values[25, 1] = 9.0, 1.0, 3.0, 2.0
+    cell = figures.second_half(steps, values, 1400)  # rows after 700 up to 1,408
+    assert (cell["env_steps_from"], cell["env_steps"]) == (700, 1408)
+    assert cell["per_seed"][0] == 2.0  # 704 and 1,344; not 384, before half the budget
+    assert np.isnan(cell["per_seed"][1])  # its one episode ended at 1,664, past the update
+    assert figures.second_half(steps, values, 5000) is None
+    sparse = np.array([6400, 12800, 19200, 25600])  # a symbolic run: up to 25,600
+    one_seed = np.array([[0.1], [0.2], [0.4], [0.6]])
+    cell = figures.second_half(sparse, one_seed, 20480)
+    assert cell["env_steps"] == 25600 and np.isclose(cell["per_seed"][0], 0.4)
+    assert figures.fmt(cell) == "0.400 [0.400, 0.400] @ 10,240-25,600"

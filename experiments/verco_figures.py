@@ -7,9 +7,11 @@ length and success against env steps, median and 25-75% band over seeds.
 
 Per map it trains (or reuses, or resumes) into ``runs/verco/<map>/``:
 
-* ``lm/``: ``verco_salad_<map>``; ``lm/compare/twosome_salad_<map>`` (TWOSOME, no
-  messages) and ``lm/compare/lm_zero_shot_salad_<map>`` (the untrained language model),
-  each with the same ``key=value`` arguments, seeds and env-step budget;
+* ``lm/``: ``verco_salad_<map>``; ``lm/compare/verco_teacher_salad_<map>`` (Verco with
+  the scripted teacher's own messages, the control for the student's),
+  ``lm/compare/twosome_salad_<map>`` (TWOSOME, no messages) and
+  ``lm/compare/lm_zero_shot_salad_<map>`` (the untrained language model), each with the
+  same ``key=value`` arguments, seeds and env-step budget;
 * ``ppo/`` and ``commnet/``: the symbolic baselines at their own budget (their first
   update alone takes more env steps than the language-model runs' whole budget).
 
@@ -44,6 +46,7 @@ METRICS = {"episode_return": "episode return", "episode_length": "episode length
 # method label -> (config name pattern, folder under runs/verco/<map>/)
 LM_METHODS = {
     "Verco": ("verco_salad_{m}", "lm"),
+    "Verco, teacher's messages": ("verco_teacher_salad_{m}", "lm/compare/verco_teacher_salad_{m}"),
     "TWOSOME": ("twosome_salad_{m}", "lm/compare/twosome_salad_{m}"),
     "LM zero-shot": ("lm_zero_shot_salad_{m}", "lm/compare/lm_zero_shot_salad_{m}"),
 }

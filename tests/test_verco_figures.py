@@ -36,12 +36,15 @@ def test_stages_take_every_language_model_run_to_each_budget_before_the_next(cal
     lm = [(c, o[-1], out.name) for c, o, out in made[2:]]
     assert lm == [
         ("verco_salad_a", "algo.total_timesteps=128", "lm"),
+        ("verco_teacher_salad_a", "algo.total_timesteps=128", "verco_teacher_salad_a"),
         ("twosome_salad_a", "algo.total_timesteps=128", "twosome_salad_a"),
         ("lm_zero_shot_salad_a", "algo.total_timesteps=128", "lm_zero_shot_salad_a"),
         ("verco_salad_a", "algo.total_timesteps=256", "lm"),
+        ("verco_teacher_salad_a", "algo.total_timesteps=256", "verco_teacher_salad_a"),
         ("twosome_salad_a", "algo.total_timesteps=256", "twosome_salad_a"),
         ("lm_zero_shot_salad_a", "algo.total_timesteps=192", "lm_zero_shot_salad_a"),
         ("verco_salad_a", "algo.total_timesteps=384", "lm"),
+        ("verco_teacher_salad_a", "algo.total_timesteps=384", "verco_teacher_salad_a"),
         ("twosome_salad_a", "algo.total_timesteps=384", "twosome_salad_a"),
         ("lm_zero_shot_salad_a", "algo.total_timesteps=192", "lm_zero_shot_salad_a"),
     ]
@@ -73,7 +76,8 @@ def test_a_comparison_stopped_in_a_stage_goes_on_from_that_stage(calls, tmp_path
     assert figures.started_budget(run) == 256 and figures.started_budget(tmp_path) is None
     figures.main(["a", "algo.total_timesteps=384", "--stage", "128"])
     lm = [(c, o[-1]) for c, o, _ in made[2:]]
-    assert lm[:3] == [
+    assert lm[:4] == [
+        ("verco_teacher_salad_a", "algo.total_timesteps=128"),
         ("twosome_salad_a", "algo.total_timesteps=128"),
         ("lm_zero_shot_salad_a", "algo.total_timesteps=128"),
         ("verco_salad_a", "algo.total_timesteps=256"),

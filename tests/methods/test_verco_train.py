@@ -211,6 +211,32 @@ def test_teammate_observation_message_reaches_the_prompt():
     )
 
 
+def test_teacher_messages_are_the_scripted_teachers_for_each_sender_and_reach_the_prompts():
+    from jaxmarl_llm.methods.verco.message_sources import TeacherMessages
+    from jaxmarl_llm.methods.verco.teacher import scripted_messages
+
+    cfg = tiny_config(messages="teacher", num_envs=3, num_steps=12, total_timesteps=36)
+    trainer = Trainer(cfg, make_salad_env(cfg))
+    assert isinstance(trainer.messages, TeacherMessages)
+    state = trainer.init(0)["env"]
+    for _ in range(6):  # a few random steps, so the kitchens' jobs differ
+        mask = np.asarray(trainer.rollouts.avail(state))
+        acts = np.array([[np.flatnonzero(m)[-1] for m in row] for row in mask], np.int32)
+        state = trainer.rollouts.step(jax.random.split(jax.random.PRNGKey(1), 3), state,
+                                      acts)[0]  # fmt: skip
+    by_env = scripted_messages(trainer.env, state)
+    agents = [(2, 0), (0, 1), (1, 0), (0, 0)]
+    prompts = trainer.rollouts._prompts(state, agents, Clock())
+    obs = trainer.policy.text.text_observations(state)
+    for (i, a), prompt in zip(agents, prompts, strict=True):
+        assert prompt == action_prompt(obs[i][a], by_env[i][1 - a])  # the teammate's message
+    assert len({by_env[i][1 - a] for i, a in agents}) > 1
+    with pytest.raises(ValueError, match="pass senders and env_state"):
+        trainer.messages.messages(["Task: tomato salad."])
+    with pytest.raises(ConfigError, match="algo.messages=teacher needs a salad kitchen"):
+        TeacherMessages(object())
+
+
 def test_student_messages_load_the_saved_adapter_and_refuse_a_missing_one(tmp_path):
     from jaxmarl_llm.lm.lora import init_lora, save_adapters
     from jaxmarl_llm.methods.verco.message_sources import StudentMessages

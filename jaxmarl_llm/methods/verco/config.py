@@ -18,7 +18,8 @@ class VercoConfig:
 
     name: str = "verco"
     model: str = "smollm2"  # smollm2 | gemma3_270m | tiny | a .gguf path
-    # teammate messages: "none", "teammate_observation" or a registered MessageSource
+    # teammate messages: "none", "teammate_observation", "student" (the SFT message adapter),
+    # "teacher" (the scripted teacher's own, from the whole kitchen) or a registered source
     messages: str = "none"
     total_timesteps: int = 2048  # env steps per seed
     num_envs: int = 4

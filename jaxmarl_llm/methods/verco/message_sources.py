@@ -14,15 +14,17 @@ from jaxmarl_llm.methods.verco.models import PolicyModel, adapted_layers
 
 
 class MessageSource(Protocol):
-    """What an agent tells its teammate, from the agent's own observation text."""
+    """What an agent tells its teammate: one message per sender, from the sender's own
+    observation text (``obs_texts``); ``senders`` are their ``(env, agent)`` indices into
+    ``env_state``, the kitchens' batched states, for a source that reads the whole state."""
 
-    def messages(self, obs_texts: list[str]) -> list[str]: ...
+    def messages(self, obs_texts: list[str], senders=None, env_state=None) -> list[str]: ...
 
 
 class NoMessages:
     """TWOSOME: agents say nothing."""
 
-    def messages(self, obs_texts: list[str]) -> list[str]:
+    def messages(self, obs_texts: list[str], senders=None, env_state=None) -> list[str]:
         return [""] * len(obs_texts)
 
 
@@ -33,7 +35,7 @@ class TeammateObservation:
     def __init__(self, max_words: int = 16):
         self.max_words = max_words
 
-    def messages(self, obs_texts: list[str]) -> list[str]:
+    def messages(self, obs_texts: list[str], senders=None, env_state=None) -> list[str]:
         out = []
         for text in obs_texts:
             sentences = [s for s in text.split(". ") if s.startswith(("You hold", "You see"))]
@@ -77,19 +79,49 @@ class StudentMessages:
             model.lm, model.params, lora, model.tokenizer, int(cfg.message_max_tokens)
         )
 
-    def messages(self, obs_texts: list[str]) -> list[str]:
+    def messages(self, obs_texts: list[str], senders=None, env_state=None) -> list[str]:
         return self.cache(obs_texts)
 
 
-MESSAGE_SOURCES: dict[str, Callable[[PolicyModel, Any], MessageSource]] = {
-    "none": lambda model, cfg: NoMessages(),
-    "teammate_observation": lambda model, cfg: TeammateObservation(),
-    "student": StudentMessages,
+class TeacherMessages:
+    """The scripted teacher's own message of each sender, from the whole kitchen
+    (``teacher.scripted_messages``): the messages the student adapter is fitted to, without
+    its errors, so that a run tells what Verco's messages are worth when they are right."""
+
+    def __init__(self, env):
+        from envs.salad.env import SaladKitchen
+
+        if not isinstance(env, SaladKitchen):
+            raise ConfigError(
+                f"algo.messages=teacher needs a salad kitchen (salad:A, salad:B), whose "
+                f"scripted teacher writes the messages; got {type(env).__name__}"
+            )
+        self.env = env
+
+    def messages(self, obs_texts: list[str], senders=None, env_state=None) -> list[str]:
+        from jaxmarl_llm.methods.verco.teacher import scripted_messages
+
+        if senders is None or env_state is None:
+            raise ValueError("teacher messages read the kitchens' states: pass senders and "
+                             "env_state")  # fmt: skip
+        if len(senders) != len(obs_texts):
+            raise ValueError(f"{len(senders)} senders for {len(obs_texts)} observation texts")
+        if not senders:
+            return []
+        by_env = scripted_messages(self.env, env_state)  # [env][agent]
+        return [by_env[i][a] for i, a in senders]
+
+
+MESSAGE_SOURCES: dict[str, Callable[[PolicyModel, Any, Any], MessageSource]] = {
+    "none": lambda model, cfg, env: NoMessages(),
+    "teammate_observation": lambda model, cfg, env: TeammateObservation(),
+    "student": lambda model, cfg, env: StudentMessages(model, cfg),
+    "teacher": lambda model, cfg, env: TeacherMessages(env),
 }
 
 
-def register_message_source(name: str, factory: Callable[[PolicyModel, Any], MessageSource]):
-    """Make ``algo.messages=name`` build ``factory(policy_model, algo_cfg)``."""
+def register_message_source(name: str, factory: Callable[[PolicyModel, Any, Any], MessageSource]):
+    """Make ``algo.messages=name`` build ``factory(policy_model, algo_cfg, env)``."""
     if name in MESSAGE_SOURCES:
         raise ValueError(f"message source {name!r} is already registered")
     MESSAGE_SOURCES[name] = factory

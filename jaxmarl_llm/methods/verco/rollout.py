@@ -174,7 +174,8 @@ class Rollout:
         """The action prompts of ``agents`` ``(env, agent)``, with their teammates' messages."""
         t0 = time.perf_counter()
         obs = self.policy.text.text_observations(env_state)
-        said = self.messages.messages([obs[i][1 - a] for i, a in agents])
+        senders = [(i, 1 - a) for i, a in agents]
+        said = self.messages.messages([obs[i][j] for i, j in senders], senders, env_state)
         prompts = [action_prompt(obs[i][a], m) for (i, a), m in zip(agents, said, strict=True)]
         clock.text_s += time.perf_counter() - t0
         return prompts

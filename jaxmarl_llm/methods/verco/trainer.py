@@ -48,7 +48,7 @@ class Trainer:
         self.env = env
         self.model = model or load_policy_model(str(self.algo.model), int(cfg.seed))
         self.policy = LMPolicy(self.algo, env, self.model)
-        self.messages = messages or MESSAGE_SOURCES[self.algo.messages](self.model, self.algo)
+        self.messages = messages or MESSAGE_SOURCES[self.algo.messages](self.model, self.algo, env)
         self.trains = algo_spec(self.algo.name).trains
         self.reset = env_functions(env)[0]
         self.rollouts = Rollout(cfg, env, self.policy, self.messages, self.trains)

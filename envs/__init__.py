@@ -7,6 +7,7 @@ environment offers methods beyond jaxmarl's interface (``envs.capabilities``).
 """
 
 from envs import (
+    _jaxmarl_streams,  # noqa: F401  (first: jaxmarl's import would reset sys.stdout/stderr)
     football,  # noqa: F401
     lbf,  # noqa: F401
     matrix_game,  # noqa: F401

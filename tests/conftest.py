@@ -58,17 +58,6 @@ def pytest_configure(config):
         config.pluginmanager.register(profile, "compile_profile")  # its configure runs now
 
 
-# ----- jaxmarl's import hands sys.stdout and sys.stderr back to the process -----------------
-# jaxmarl's mabrax module silences brax's import by swapping sys.stdout and sys.stderr, then
-# sets them to sys.__stdout__ and sys.__stderr__, which drops a capsys capture in force. A
-# test whose code is the first in its process to import jaxmarl (a script test run alone)
-# then prints past capsys; importing it here, before any test, keeps the tests' order free.
-
-
-def pytest_sessionstart(session):
-    import envs  # noqa: F401  (imports jaxmarl's environments)
-
-
 # ----- finished tiny runs, trained once per session ----------------------------------------
 # The runner and script tests compare with, refuse to resume, or read the same finished
 # run; training it once per worker saves a run per such test.

@@ -143,3 +143,17 @@ def test_a_method_is_refused_on_an_env_without_its_capability(shaper, env, kind,
         build_shaper(cfg, aenv)
     with pytest.raises(ValueError, match=f"Environments with it: {providers}"):
         build_shaper(cfg, aenv)
+
+
+def test_importing_envs_keeps_the_importers_stdout_and_stderr():
+    """jaxmarl's own import sets both streams back to the process's originals."""
+    import subprocess
+    import sys
+
+    code = (
+        "import io, sys; out, err = io.StringIO(), io.StringIO(); "
+        "sys.stdout, sys.stderr = out, err; import envs; "
+        "assert sys.stdout is out and sys.stderr is err, 'streams replaced'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -101,18 +101,27 @@ def windowed(steps, values, window: int = WINDOW):
     return out
 
 
-def at_step(steps, values, step: float) -> dict | None:
-    """The per-seed ``windowed`` values at the first logged row at or past ``step`` (None
-    if the run ends before it), with their median and quartiles."""
+def first_row_at(steps, step: float) -> int | None:
+    """Index of the first logged row at or past ``step`` (None if the run ends before)."""
     import numpy as np
 
     rows = np.nonzero(steps >= step)[0]
-    if not len(rows):
+    return int(rows[0]) if len(rows) else None
+
+
+def seed_cell(per_seed, env_steps: int, **extra) -> dict:
+    """Per-seed values with their median and quartiles, at ``env_steps``."""
+    med, lo, hi = (float(x[0]) for x in quartiles(per_seed[None]))
+    return {**extra, "env_steps": env_steps, "median": med, "q25": lo, "q75": hi,
+            "per_seed": [float(v) for v in per_seed]}  # fmt: skip
+
+
+def at_step(steps, values, step: float) -> dict | None:
+    """The per-seed ``windowed`` values at the first logged row at or past ``step`` (None
+    if the run ends before it), with their median and quartiles."""
+    if (row := first_row_at(steps, step)) is None:
         return None
-    row = windowed(steps, values)[rows[0]]
-    med, lo, hi = (float(x[0]) for x in quartiles(row[None]))
-    return {"env_steps": int(steps[rows[0]]), "median": med, "q25": lo, "q75": hi,
-            "per_seed": [float(v) for v in row]}  # fmt: skip
+    return seed_cell(windowed(steps, values)[row], int(steps[row]))
 
 
 def second_half(steps, values, budget: int) -> dict | None:
@@ -124,17 +133,14 @@ def second_half(steps, values, budget: int) -> dict | None:
 
     import numpy as np
 
-    rows = np.nonzero(steps >= budget)[0]
-    if not len(rows):
+    if (row := first_row_at(steps, budget)) is None:
         return None
-    end = int(steps[rows[0]])
+    end = int(steps[row])
     span = (steps > budget / 2) & (steps <= end)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a seed that ended no episode
-        row = np.nanmean(values[span], axis=0)
-    med, lo, hi = (float(x[0]) for x in quartiles(row[None]))
-    return {"env_steps_from": int(budget // 2), "env_steps": end, "median": med, "q25": lo,
-            "q75": hi, "per_seed": [float(v) for v in row]}  # fmt: skip
+        per_seed = np.nanmean(values[span], axis=0)
+    return seed_cell(per_seed, end, env_steps_from=int(budget // 2))
 
 
 def method_row(label: str, run_dir: Path, budget: int | None) -> dict:
@@ -215,7 +221,7 @@ def markdown(rows: list[dict], budget: int | None) -> str:
                   "|---|---|---|---|---|---|"]  # fmt: skip
         lines += [
             f"| {r['method']} | {r['seeds']} | {fmt(r[metric]['start'])} | "
-            f"{fmt(r[metric]['at_lm_budget'])} | {fmt(r[metric].get('second_half'))} | "
+            f"{fmt(r[metric]['at_lm_budget'])} | {fmt(r[metric]['second_half'])} | "
             f"{fmt(r[metric]['final'])} |"
             for r in rows
         ]
